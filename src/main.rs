@@ -1,3 +1,41 @@
-fn main() {
-    println!("rigrun: under construction");
+use std::process::ExitCode;
+
+use clap::Parser;
+use rigrun::cli::{Cli, Command};
+use rigrun::commands;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RIGRUN_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(commands::FAILED);
+        }
+    };
+    let result = runtime.block_on(async {
+        match &cli.command {
+            Command::Run(args) => commands::run(args).await,
+            Command::Check(args) => commands::check(args),
+            Command::Plan(args) => commands::plan(args),
+            Command::Show(args) => commands::show(args),
+            Command::Compare(args) => commands::compare(args),
+        }
+    });
+    result.unwrap_or_else(|err| {
+        eprintln!("{}", render_error(&err));
+        ExitCode::from(commands::exit_code_for(&err))
+    })
+}
+
+fn render_error(err: &anyhow::Error) -> String {
+    if err.downcast_ref::<rigrun::config::ConfigErrors>().is_some() {
+        format!("{err}").trim_end().to_string()
+    } else {
+        format!("error: {err:#}")
+    }
 }

@@ -1,0 +1,99 @@
+//! The command line (clap). Each command's work is in `commands`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::report::Format;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rigrun",
+    version,
+    about = "Run benchmark playbooks on GPU hosts over SSH and compare the hosts side by side",
+    long_about = "Run benchmark playbooks on GPU hosts over SSH and compare the hosts side by side.\n\n\
+        A playbook (YAML) names hosts from an inventory (hosts.yaml) and the steps to run on each: \
+        verify-server, copy-script, run-sweep, fetch-results, shell, start-server. `rigrun run` runs \
+        it on every host in parallel, keeps every record in runs/<time>-<name>/ and prints the \
+        hosts side by side.\n\n\
+        Exit codes: 0 success; 1 a step or host failed; 2 invalid input (nothing was run).",
+    after_help = "Try the local demo: rigrun run playbooks/demo.yaml -i playbooks/demo-hosts.yaml"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a playbook on its hosts, show live progress, print the results table.
+    Run(RunArgs),
+    /// Validate the playbook and inventory without connecting to any host.
+    Check(ConfigArgs),
+    /// Show what would run on each host: expanded steps and sweep points, skipped points with
+    /// their reason. Connects to nothing.
+    Plan(ConfigArgs),
+    /// Print the results of a run directory as tables.
+    Show(ShowArgs),
+    /// Compare hosts within a run (ratio columns) or the same hosts across runs (change in %).
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArgs {
+    /// The playbook file.
+    pub playbook: PathBuf,
+    /// The inventory file.
+    #[arg(short = 'i', long = "inventory", default_value = "hosts.yaml")]
+    pub inventory: PathBuf,
+    /// Run only on these hosts (comma-separated names from the inventory).
+    #[arg(short = 'l', long = "limit", value_delimiter = ',')]
+    pub limit: Option<Vec<String>>,
+    /// Set a variable, overriding inventory and playbook vars (repeatable). VALUE is read as YAML,
+    /// so numbers stay numbers.
+    #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
+    pub extra_vars: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Where run directories are created.
+    #[arg(long, default_value = "runs")]
+    pub runs_dir: PathBuf,
+    /// How many hosts run at once (default: all).
+    #[arg(long)]
+    pub forks: Option<usize>,
+    /// The metric shown in the closing table (default: output_throughput, or the first numeric one).
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// Do not echo command output lines (they are still saved in the run directory).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// A run directory (runs/<time>-<name>).
+    pub run_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// The metric shown in the cells (default: output_throughput, or the first numeric one).
+    #[arg(long)]
+    pub metric: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// One run directory (hosts side by side) or several (the same hosts across runs).
+    #[arg(required = true)]
+    pub run_dirs: Vec<PathBuf>,
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// The host the ratio columns divide by (default: the first host).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}

@@ -1,0 +1,123 @@
+//! One function per command. Each returns the process exit code: 0 success, 1 something that ran
+//! failed, 2 invalid input (nothing was run).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::cli::{CompareArgs, ConfigArgs, RunArgs, ShowArgs};
+use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
+use crate::executor::{self, RunOptions};
+use crate::events::Status;
+use crate::plan;
+use crate::progress::Progress;
+use crate::report::{self, CompareOptions, Format, Run};
+
+pub const OK: u8 = 0;
+pub const FAILED: u8 = 1;
+pub const INVALID: u8 = 2;
+
+/// Bad input: printed as is, exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+/// The exit code for an error: 2 for invalid input, 1 otherwise.
+pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<ConfigErrors>().is_some() || err.downcast_ref::<Invalid>().is_some() {
+        INVALID
+    } else {
+        FAILED
+    }
+}
+
+fn load(args: &ConfigArgs) -> Result<Config> {
+    let opts = LoadOptions {
+        playbook: args.playbook.clone(),
+        inventory: args.inventory.clone(),
+        limit: args.limit.clone(),
+        extra_vars: args.extra_vars.clone(),
+    };
+    Ok(Config::load(&opts)?)
+}
+
+/// Built-ins as `check` and `plan` show them: values only a run knows are named, not invented.
+fn offline_builtins() -> Builtins {
+    Builtins { run_id: "RUN_ID".into(), rigrun: "rigrun".into() }
+}
+
+pub fn check(args: &ConfigArgs) -> Result<ExitCode> {
+    let config = load(args)?;
+    let plan = plan::build(&config, &offline_builtins())?;
+    let points: usize = plan
+        .hosts
+        .iter()
+        .flat_map(|h| &h.steps)
+        .map(|s| match &s.action {
+            plan::Action::RunSweep { points, .. } => points.len(),
+            _ => 0,
+        })
+        .sum();
+    println!(
+        "{} and {} are valid: {} hosts, {} steps, {} sweep points in all",
+        config.playbook_path.display(),
+        config.inventory_path.display(),
+        config.hosts.len(),
+        config.playbook.steps.len(),
+        points
+    );
+    Ok(ExitCode::from(OK))
+}
+
+pub fn plan(args: &ConfigArgs) -> Result<ExitCode> {
+    let config = load(args)?;
+    let plan = plan::build(&config, &offline_builtins())?;
+    print!("{}", plan::describe(&config, &plan));
+    Ok(ExitCode::from(OK))
+}
+
+pub async fn run(args: &RunArgs) -> Result<ExitCode> {
+    let config = load(&args.config)?;
+    // Every template renders and every script exists before any host is touched.
+    plan::build(&config, &offline_builtins())?;
+    let config = Arc::new(config);
+    let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet);
+    let opts = RunOptions { runs_dir: args.runs_dir.clone(), forks: args.forks };
+    let outcome = executor::run(config, opts, progress).await?;
+    let run = Run::open(&outcome.run_dir)?;
+    let grids = report::compare(&[run], &CompareOptions { metric: args.metric.as_deref(), baseline: None })?;
+    let header = report::host_header(&[&Run::open(&outcome.run_dir)?.manifest]);
+    print!("{}", report::render(&grids, Format::Table, &header));
+    for line in &outcome.failures {
+        eprintln!("error: {line}");
+    }
+    let verdict = match outcome.status {
+        Status::Ok => "all hosts succeeded",
+        Status::Interrupted => "interrupted; everything measured so far is kept",
+        _ => "some hosts or steps failed",
+    };
+    eprintln!("run {}: {verdict}", outcome.run_dir.display());
+    Ok(ExitCode::from(if outcome.status == Status::Ok { OK } else { FAILED }))
+}
+
+fn open_run(dir: &std::path::Path) -> Result<Run> {
+    Run::open(dir).map_err(|e| Invalid(format!("{e:#}")).into())
+}
+
+pub fn show(args: &ShowArgs) -> Result<ExitCode> {
+    let run = open_run(&args.run_dir)?;
+    let grids = report::show_grids(&run, args.metric.as_deref());
+    let header = report::host_header(&[&run.manifest]);
+    print!("{}", report::render(&grids, args.format, &header));
+    Ok(ExitCode::from(OK))
+}
+
+pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
+    let runs = args.run_dirs.iter().map(|d| open_run(d)).collect::<Result<Vec<_>>>()?;
+    let opts = CompareOptions { metric: args.metric.as_deref(), baseline: args.baseline.as_deref() };
+    let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
+    let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
+    print!("{}", report::render(&grids, args.format, &report::host_header(&manifests)));
+    Ok(ExitCode::from(OK))
+}

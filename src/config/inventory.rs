@@ -1,0 +1,76 @@
+//! The inventory (`hosts.yaml`): which hosts exist, how to reach them, their labels and variables.
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+/// Variables as written in YAML: any JSON-like value.
+pub type Vars = IndexMap<String, serde_json::Value>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    #[serde(default)]
+    pub vars: Vars,
+    pub hosts: IndexMap<String, Spanned<HostSpec>>,
+    #[serde(default)]
+    pub groups: IndexMap<String, Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub known_hosts: KnownHostsPolicy,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// Host name, IP, or an alias from `~/.ssh/config`; the inventory name when absent.
+    pub address: Option<String>,
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    pub identity_file: Option<String>,
+    /// Extra `ssh -o Key=Value` options.
+    #[serde(default)]
+    pub ssh_options: BTreeMap<String, String>,
+    #[serde(default)]
+    pub connection: Connection,
+    /// Where scripts and results live on the host.
+    pub workdir: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub vars: Vars,
+}
+
+/// Default working directory on a host when the inventory names none.
+pub const DEFAULT_WORKDIR: &str = "~/.rigrun";
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Connection {
+    #[default]
+    Ssh,
+    /// Run on this machine, without SSH.
+    Local,
+}
+
+/// How to treat a host key that is not yet in `known_hosts`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum KnownHostsPolicy {
+    /// Refuse unknown and changed keys (`StrictHostKeyChecking=yes`).
+    #[default]
+    Strict,
+    /// Record a key seen for the first time; still refuse a changed key.
+    AcceptNew,
+}
+
+impl HostSpec {
+    pub fn address_or<'a>(&'a self, name: &'a str) -> &'a str {
+        self.address.as_deref().unwrap_or(name)
+    }
+
+    pub fn workdir(&self) -> &str {
+        self.workdir.as_deref().unwrap_or(DEFAULT_WORKDIR)
+    }
+}

@@ -1,0 +1,252 @@
+//! Configuration: the inventory and the playbook, loaded, typed and checked before any host is
+//! touched. Every error names the file, line and column, and says what to do.
+
+pub mod duration;
+pub mod inventory;
+pub mod playbook;
+pub mod template;
+mod validate;
+mod yaml;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use minijinja::value::Value;
+use serde_saphyr::Location;
+
+pub use inventory::{Connection, HostSpec, Inventory, KnownHostsPolicy, Vars};
+pub use playbook::{Playbook, Quoting, Step};
+
+/// One problem in a configuration file.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based; 0 when the problem has no place in the file.
+    pub line: u64,
+    pub column: u64,
+    pub message: String,
+    pub snippet: Option<String>,
+}
+
+impl ConfigError {
+    pub fn plain(path: &Path, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: path.display().to_string(),
+            line: 0,
+            column: 0,
+            message: message.into(),
+            snippet: None,
+        }
+    }
+
+    pub fn io(path: &Path, err: &std::io::Error) -> ConfigError {
+        ConfigError::plain(path, format!("cannot read the file: {err}"))
+    }
+
+    /// An error at a place in `text`, with the line shown and a caret under the column.
+    pub fn at(path: &Path, text: &str, loc: &Location, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: path.display().to_string(),
+            line: loc.line(),
+            column: loc.column(),
+            message: message.into(),
+            snippet: Some(snippet(text, loc.line(), loc.column())),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)?;
+        } else {
+            write!(f, "{}: {}", self.file, self.message)?;
+        }
+        if let Some(snippet) = &self.snippet {
+            write!(f, "\n{}", snippet.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+/// All the problems found in one check, reported together.
+#[derive(Debug)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, err) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            writeln!(f, "error: {err}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(err: ConfigError) -> Self {
+        ConfigErrors(vec![err])
+    }
+}
+
+/// Renders the line `line` of `text` with a caret under `column`, like rustc does.
+pub fn snippet(text: &str, line: u64, column: u64) -> String {
+    let Some(source) = text.lines().nth(line.saturating_sub(1) as usize) else {
+        return String::new();
+    };
+    let gutter = line.to_string().len();
+    let pad = " ".repeat(gutter);
+    let caret = " ".repeat(column.saturating_sub(1) as usize);
+    format!("{pad} |\n{line} | {source}\n{pad} | {caret}^")
+}
+
+/// The candidate closest to `given` by edit distance, when it is close enough to be a typo.
+pub fn closest<'a>(given: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::damerau_levenshtein(given, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// What the user asked for on the command line.
+#[derive(Debug, Default, Clone)]
+pub struct LoadOptions {
+    pub playbook: PathBuf,
+    pub inventory: PathBuf,
+    /// `-l HOST,...`: run only on these hosts.
+    pub limit: Option<Vec<String>>,
+    /// `-e KEY=VALUE`, in order.
+    pub extra_vars: Vec<String>,
+}
+
+/// A checked configuration: both files, parsed, plus the hosts this run covers.
+#[derive(Debug)]
+pub struct Config {
+    pub playbook_path: PathBuf,
+    pub playbook_text: String,
+    pub playbook: Playbook,
+    pub inventory_path: PathBuf,
+    pub inventory_text: String,
+    pub inventory: Inventory,
+    pub extra_vars: Vars,
+    /// Selected hosts, in inventory order.
+    pub hosts: Vec<String>,
+}
+
+/// Values that rigrun defines for every host; they cannot be redefined as variables.
+#[derive(Debug, Clone)]
+pub struct Builtins {
+    pub run_id: String,
+    /// Path of the rigrun binary as seen by the host.
+    pub rigrun: String,
+}
+
+pub const BUILTIN_NAMES: &[&str] = &["host", "workdir", "run_id", "rigrun", "labels"];
+
+impl Config {
+    /// Loads, parses and checks both files; nothing is contacted.
+    pub fn load(opts: &LoadOptions) -> Result<Config, ConfigErrors> {
+        let (playbook, playbook_text) = yaml::load_file::<Playbook>(&opts.playbook)?;
+        let (inventory, inventory_text) = yaml::load_file::<Inventory>(&opts.inventory)?;
+        let extra_vars = parse_extra_vars(&opts.extra_vars)?;
+        let mut config = Config {
+            playbook_path: opts.playbook.clone(),
+            playbook_text,
+            playbook,
+            inventory_path: opts.inventory.clone(),
+            inventory_text,
+            inventory,
+            extra_vars,
+            hosts: Vec::new(),
+        };
+        config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
+        validate::check(&config)?;
+        Ok(config)
+    }
+
+    pub fn host(&self, name: &str) -> &HostSpec {
+        &self.inventory.hosts[name].value
+    }
+
+    /// The folder the playbook's relative paths start from.
+    pub fn playbook_dir(&self) -> &Path {
+        self.playbook_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    }
+
+    /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
+    /// vars, `-e`, then the built-ins and the host's labels.
+    pub fn host_vars(&self, host: &str, workdir: &str, builtins: &Builtins) -> IndexMap<String, serde_json::Value> {
+        let spec = self.host(host);
+        let mut vars = IndexMap::new();
+        for source in [&self.inventory.vars, &spec.vars, &self.playbook.vars, &self.extra_vars] {
+            vars.extend(source.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        vars.insert("host".into(), host.into());
+        vars.insert("workdir".into(), workdir.into());
+        vars.insert("run_id".into(), builtins.run_id.clone().into());
+        vars.insert("rigrun".into(), builtins.rigrun.clone().into());
+        vars.insert("labels".into(), serde_json::to_value(&spec.labels).unwrap_or_default());
+        vars
+    }
+}
+
+/// Turns a variable map into a template context.
+pub fn context(vars: &IndexMap<String, serde_json::Value>) -> Value {
+    Value::from(minijinja::value::Serde(vars))
+}
+
+/// `-e KEY=VALUE`: the value is read as a YAML scalar, so `-e input_len=2000` is a number.
+fn parse_extra_vars(items: &[String]) -> Result<Vars, ConfigError> {
+    let mut vars = Vars::new();
+    for item in items {
+        let Some((key, raw)) = item.split_once('=') else {
+            return Err(ConfigError::plain(
+                Path::new("-e"),
+                format!("`{item}` is not KEY=VALUE; write it like -e input_len=2000"),
+            ));
+        };
+        let value = serde_saphyr::from_str::<serde_json::Value>(raw)
+            .ok()
+            .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
+            .unwrap_or_else(|| raw.into());
+        vars.insert(key.trim().to_string(), value);
+    }
+    Ok(vars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_vars_read_numbers_as_numbers() {
+        let vars = parse_extra_vars(&["n=2000".into(), "url=http://x:1/".into(), "s=a b".into()]).unwrap();
+        assert_eq!(vars["n"], serde_json::json!(2000));
+        assert_eq!(vars["url"], serde_json::json!("http://x:1/"));
+        assert_eq!(vars["s"], serde_json::json!("a b"));
+        assert!(parse_extra_vars(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn closest_suggests_typos_only() {
+        assert_eq!(closest("run-swep", playbook::STEP_KINDS), Some("run-sweep"));
+        assert_eq!(closest("verfy-server", playbook::STEP_KINDS), Some("verify-server"));
+        assert_eq!(closest("banana", playbook::STEP_KINDS), None);
+    }
+
+    #[test]
+    fn snippet_points_at_the_column() {
+        let s = snippet("a: 1\nbb: oops\n", 2, 5);
+        assert_eq!(s, "  |\n2 | bb: oops\n  |     ^");
+    }
+}

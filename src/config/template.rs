@@ -1,0 +1,236 @@
+//! Templating with minijinja: `{{ var }}` in playbook fields, shell-quoted inside commands.
+//!
+//! A value substituted into a shell command is quoted only where it needs to be, so plain URLs and
+//! numbers read naturally and `$(touch /tmp/x); y` reaches the program as one literal argument.
+//! `{{ value | safe }}` opts out of quoting for values that are meant to be several arguments.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use minijinja::value::Value;
+use minijinja::{Environment, UndefinedBehavior};
+
+use super::playbook::Quoting;
+
+/// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters.
+pub fn shell_quote(text: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+fn environment(quoting: Quoting) -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder().keep_trailing_newline(true).build() {
+        env.set_syntax(syntax);
+    }
+    if quoting == Quoting::Shell {
+        env.set_formatter(|out, state, value| {
+            if value.is_safe() {
+                return minijinja::escape_formatter(out, state, value);
+            }
+            let text = if value.is_none() { String::new() } else { value.to_string() };
+            out.write_str(&shell_quote(&text))
+                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
+        });
+    }
+    env
+}
+
+fn env_for(quoting: Quoting) -> &'static Environment<'static> {
+    static PLAIN: OnceLock<Environment<'static>> = OnceLock::new();
+    static SHELL: OnceLock<Environment<'static>> = OnceLock::new();
+    match quoting {
+        Quoting::Plain => PLAIN.get_or_init(|| environment(Quoting::Plain)),
+        Quoting::Shell => SHELL.get_or_init(|| environment(Quoting::Shell)),
+    }
+}
+
+/// Renders `source` with the variables in `ctx`; an undefined variable is an error.
+pub fn render(source: &str, quoting: Quoting, ctx: &Value) -> Result<String, String> {
+    env_for(quoting)
+        .render_str(source, ctx)
+        .map_err(|e| describe(&e))
+}
+
+/// The top-level variable names a template uses, or its syntax error.
+pub fn variables(source: &str) -> Result<HashSet<String>, String> {
+    let tmpl = env_for(Quoting::Plain)
+        .template_from_str(source)
+        .map_err(|e| describe(&e))?;
+    Ok(tmpl.undeclared_variables(false))
+}
+
+/// The variable names an expression (`skip_if`) uses, or its syntax error.
+pub fn expression_variables(expr: &str) -> Result<HashSet<String>, String> {
+    let compiled = env_for(Quoting::Plain)
+        .compile_expression(expr)
+        .map_err(|e| describe(&e))?;
+    Ok(compiled.undeclared_variables(false))
+}
+
+/// Evaluates an expression to a value.
+pub fn eval(expr: &str, ctx: &Value) -> Result<Value, String> {
+    let compiled = env_for(Quoting::Plain)
+        .compile_expression(expr)
+        .map_err(|e| describe(&e))?;
+    compiled.eval(ctx).map_err(|e| describe(&e))
+}
+
+fn describe(err: &minijinja::Error) -> String {
+    let mut text = match err.detail() {
+        Some(detail) => format!("{}: {detail}", err.kind()),
+        None => err.kind().to_string(),
+    };
+    if let Some(line) = err.line().filter(|&l| l > 1) {
+        text.push_str(&format!(" (line {line} of the template)"));
+    }
+    text
+}
+
+/// Evaluates `skip_if` and, when it holds, explains why in numbers:
+/// `concurrency * (input_len + output_len) = 2048000 > kv_capacity_tokens = 1570000`.
+pub fn skip_reason(expr: &str, ctx: &Value) -> Result<Option<String>, String> {
+    if !eval(expr, ctx)?.is_true() {
+        return Ok(None);
+    }
+    let clauses = split_top_level(expr, &[" or "]);
+    for clause in &clauses {
+        if clauses.len() > 1 && !eval(clause, ctx)?.is_true() {
+            continue;
+        }
+        return Ok(Some(explain_comparison(clause.trim(), ctx)));
+    }
+    Ok(Some(expr.trim().to_string()))
+}
+
+const COMPARISONS: &[&str] = &[">=", "<=", "!=", "==", ">", "<"];
+
+fn explain_comparison(clause: &str, ctx: &Value) -> String {
+    for op in COMPARISONS {
+        let parts = split_top_level(clause, &[op]);
+        if parts.len() != 2 {
+            continue;
+        }
+        let side = |s: &str| {
+            let s = s.trim();
+            match eval(s, ctx) {
+                Ok(v) if is_literal(s) => v.to_string(),
+                Ok(v) => format!("{s} = {v}"),
+                Err(_) => s.to_string(),
+            }
+        };
+        return format!("{} {op} {}", side(&parts[0]), side(&parts[1]));
+    }
+    clause.to_string()
+}
+
+fn is_literal(s: &str) -> bool {
+    s.parse::<f64>().is_ok()
+}
+
+/// Splits `text` on any of `seps` where they stand outside brackets and quotes.
+fn split_top_level(text: &str, seps: &[&str]) -> Vec<String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut quote, mut start, mut i) = (0i32, None::<u8>, 0usize, 0usize);
+    let bytes = text.as_bytes();
+    while i < bytes.len() {
+        let c = bytes[i];
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                b'\'' | b'"' => quote = Some(c),
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => depth -= 1,
+                _ if depth == 0 => {
+                    if let Some(sep) = seps.iter().find(|s| text[i..].starts_with(**s)) {
+                        // `>` must not match the first half of `>=`.
+                        let next = bytes.get(i + sep.len()).copied();
+                        if !(sep.len() == 1 && next == Some(b'=')) {
+                            parts.push(text[start..i].to_string());
+                            i += sep.len();
+                            start = i;
+                            continue;
+                        }
+                    }
+                }
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    parts.push(text[start..].to_string());
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use minijinja::context;
+
+    #[test]
+    fn quotes_only_where_needed() {
+        assert_eq!(shell_quote("http://127.0.0.1:30000"), "http://127.0.0.1:30000");
+        assert_eq!(shell_quote("1000"), "1000");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("$(touch /tmp/x); y"), "'$(touch /tmp/x); y'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn shell_commands_quote_substitutions_but_not_the_template() {
+        let ctx = Value::from(minijinja::value::Serde(serde_json::json!({"v": "$(id); x", "n": 4})));
+        let out = render("echo {{ v }} --n {{ n }}", Quoting::Shell, &ctx).unwrap();
+        assert_eq!(out, "echo '$(id); x' --n 4");
+        let raw = render("echo {{ v | safe }}", Quoting::Shell, &ctx).unwrap();
+        assert_eq!(raw, "echo $(id); x");
+        let plain = render("{{ v }}", Quoting::Plain, &ctx).unwrap();
+        assert_eq!(plain, "$(id); x");
+    }
+
+    #[test]
+    fn undefined_variables_are_errors() {
+        let err = render("{{ nope }}", Quoting::Plain, &context! {}).unwrap_err();
+        assert!(err.contains("undefined"), "{err}");
+    }
+
+    #[test]
+    fn lists_the_variables_a_template_uses() {
+        let vars = variables("{{ a }} {{ b.c }} {% for x in items %}{{ x }}{% endfor %}").unwrap();
+        let mut vars: Vec<_> = vars.into_iter().collect();
+        vars.sort();
+        assert_eq!(vars, ["a", "b", "items"]);
+        assert!(variables("{{ unclosed").is_err());
+    }
+
+    #[test]
+    fn skip_reason_shows_both_sides_in_numbers() {
+        let ctx = context! { concurrency => 1024, input_len => 1000, output_len => 1000, kv_capacity_tokens => 1570000 };
+        let expr = "concurrency * (input_len + output_len) > kv_capacity_tokens";
+        assert_eq!(
+            skip_reason(expr, &ctx).unwrap().unwrap(),
+            "concurrency * (input_len + output_len) = 2048000 > kv_capacity_tokens = 1570000"
+        );
+        let ctx = context! { concurrency => 512, input_len => 1000, output_len => 1000, kv_capacity_tokens => 1570000 };
+        assert_eq!(skip_reason(expr, &ctx).unwrap(), None);
+    }
+
+    #[test]
+    fn skip_reason_names_the_clause_that_held() {
+        let ctx = context! { a => 5, b => 1 };
+        let why = skip_reason("a > 10 or b >= 1", &ctx).unwrap().unwrap();
+        assert_eq!(why, "b = 1 >= 1");
+    }
+
+    #[test]
+    fn splitting_respects_brackets_and_quotes() {
+        assert_eq!(split_top_level("f(a > b) > c", &[">"]), ["f(a > b) ", " c"]);
+        assert_eq!(split_top_level("'x > y' == s", &["=="]), ["'x > y' ", " s"]);
+        assert_eq!(split_top_level("a >= b", &[">"]), ["a >= b"]);
+    }
+}

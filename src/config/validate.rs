@@ -1,0 +1,196 @@
+//! Checks that need the whole configuration: host and group names, variables used by templates,
+//! reserved names. Everything here runs before any host is contacted.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_saphyr::Location;
+
+use super::playbook::{Step, Text};
+use super::{closest, Builtins, Config, ConfigError, ConfigErrors, BUILTIN_NAMES};
+
+/// The hosts the playbook runs on, in inventory order, narrowed by `-l`.
+pub fn select_hosts(config: &Config, limit: Option<&[String]>) -> Result<Vec<String>, ConfigErrors> {
+    let inv = &config.inventory;
+    let mut errors = check_groups(config);
+    let mut wanted: HashSet<&str> = HashSet::new();
+    match &config.playbook.hosts {
+        None => wanted.extend(inv.hosts.keys().map(String::as_str)),
+        Some(names) => {
+            for name in names {
+                if let Some(_h) = inv.hosts.get(&name.value) {
+                    wanted.insert(&name.value);
+                } else if let Some(members) = inv.groups.get(&name.value) {
+                    wanted.extend(members.iter().map(|m| m.value.as_str()));
+                } else {
+                    errors.push(unknown_name(config, name));
+                }
+            }
+        }
+    }
+    if let Some(limit) = limit {
+        for name in limit {
+            if !wanted.contains(name.as_str()) {
+                let known: Vec<&str> = inv.hosts.keys().map(String::as_str).filter(|h| wanted.contains(h)).collect();
+                errors.push(ConfigError::plain(
+                    std::path::Path::new("-l"),
+                    format!("`{name}` is not one of this playbook's hosts ({})", known.join(", ")),
+                ));
+            }
+        }
+        wanted.retain(|h| limit.iter().any(|l| l == h));
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    let hosts: Vec<String> = inv.hosts.keys().filter(|h| wanted.contains(h.as_str())).cloned().collect();
+    if hosts.is_empty() {
+        return Err(ConfigError::plain(&config.playbook_path, "the playbook selects no host").into());
+    }
+    Ok(hosts)
+}
+
+fn check_groups(config: &Config) -> Vec<ConfigError> {
+    let inv = &config.inventory;
+    let mut errors = Vec::new();
+    for members in inv.groups.values() {
+        for member in members.iter().filter(|m| !inv.hosts.contains_key(&m.value)) {
+            let names: Vec<&str> = inv.hosts.keys().map(String::as_str).collect();
+            let hint = suggestion(&member.value, &names);
+            errors.push(ConfigError::at(
+                &config.inventory_path,
+                &config.inventory_text,
+                &member.referenced,
+                format!("group member `{}` is not a host of this inventory{hint}", member.value),
+            ));
+        }
+    }
+    errors
+}
+
+fn unknown_name(config: &Config, name: &serde_saphyr::Spanned<String>) -> ConfigError {
+    let inv = &config.inventory;
+    let names: Vec<&str> = inv.hosts.keys().chain(inv.groups.keys()).map(String::as_str).collect();
+    let hint = suggestion(&name.value, &names);
+    ConfigError::at(
+        &config.playbook_path,
+        &config.playbook_text,
+        &name.referenced,
+        format!(
+            "`{}` is neither a host nor a group of {}{hint}",
+            name.value,
+            config.inventory_path.display()
+        ),
+    )
+}
+
+fn suggestion(given: &str, candidates: &[&str]) -> String {
+    match closest(given, candidates) {
+        Some(best) => format!("; did you mean `{best}`?"),
+        None => format!(" (known: {})", candidates.join(", ")),
+    }
+}
+
+/// Checks reserved names and that every template variable is defined on every host it runs on.
+pub fn check(config: &Config) -> Result<(), ConfigErrors> {
+    let mut errors = reserved_names(config);
+    let builtins = Builtins { run_id: String::new(), rigrun: String::new() };
+    // (place, variable) -> hosts where it is undefined, so one mistake is one error.
+    let mut undefined: BTreeMap<(u64, u64, String), (Location, Vec<String>)> = BTreeMap::new();
+    for host in &config.hosts {
+        let vars = config.host_vars(host, "", &builtins);
+        let mut defined: HashSet<String> = vars.keys().cloned().collect();
+        for step in &config.playbook.steps {
+            let mut local = defined.clone();
+            if let Step::RunSweep(sweep) = step {
+                local.extend(sweep.matrix.keys().cloned());
+                if let Some(skip_if) = &sweep.skip_if {
+                    match super::template::expression_variables(&skip_if.value) {
+                        Ok(used) => note_undefined(&mut undefined, skip_if, used, &local, host),
+                        Err(e) => errors.push(template_error(config, skip_if, "skip_if", &e)),
+                    }
+                }
+            }
+            for (text, _) in step.templates() {
+                match super::template::variables(&text.value) {
+                    Ok(used) => note_undefined(&mut undefined, text, used, &local, host),
+                    Err(e) => errors.push(template_error(config, text, "template", &e)),
+                }
+            }
+            defined.extend(step.provides().iter().map(|s| s.to_string()));
+        }
+    }
+    for ((_, _, var), (loc, hosts)) in undefined {
+        errors.push(ConfigError::at(
+            &config.playbook_path,
+            &config.playbook_text,
+            &loc,
+            format!(
+                "`{var}` is not defined for host {}; define it under vars: in the inventory, the host or the playbook, or pass -e {var}=VALUE",
+                hosts.join(", ")
+            ),
+        ));
+    }
+    errors.sort_by_key(|e| (e.line, e.column));
+    errors.dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn note_undefined(
+    undefined: &mut BTreeMap<(u64, u64, String), (Location, Vec<String>)>,
+    text: &Text,
+    used: HashSet<String>,
+    defined: &HashSet<String>,
+    host: &str,
+) {
+    for var in used.into_iter().filter(|v| !defined.contains(v)) {
+        let key = (text.referenced.line(), text.referenced.column(), var);
+        let entry = undefined.entry(key).or_insert_with(|| (text.referenced, Vec::new()));
+        entry.1.push(host.to_string());
+    }
+}
+
+fn template_error(config: &Config, text: &Text, what: &str, err: &str) -> ConfigError {
+    ConfigError::at(
+        &config.playbook_path,
+        &config.playbook_text,
+        &text.referenced,
+        format!("this {what} does not compile: {err}"),
+    )
+}
+
+fn reserved_names(config: &Config) -> Vec<ConfigError> {
+    let inv = &config.inventory;
+    let sources = [
+        (&config.inventory_path, &inv.vars, "the inventory's vars"),
+        (&config.playbook_path, &config.playbook.vars, "the playbook's vars"),
+    ];
+    let mut errors = Vec::new();
+    let mut complain = |path: &std::path::Path, name: &str, place: &str| {
+        errors.push(ConfigError::plain(
+            path,
+            format!(
+                "`{name}` in {place} is a built-in variable set by rigrun ({}); choose another name{}",
+                BUILTIN_NAMES.join(", "),
+                if name == "workdir" { ", or set workdir: on the host in the inventory" } else { "" }
+            ),
+        ));
+    };
+    for (path, vars, place) in sources {
+        for name in vars.keys().filter(|k| BUILTIN_NAMES.contains(&k.as_str())) {
+            complain(path, name, place);
+        }
+    }
+    for (host, spec) in &inv.hosts {
+        for name in spec.value.vars.keys().filter(|k| BUILTIN_NAMES.contains(&k.as_str())) {
+            complain(&config.inventory_path, name, &format!("the vars of host `{host}`"));
+        }
+    }
+    for name in config.extra_vars.keys().filter(|k| BUILTIN_NAMES.contains(&k.as_str())) {
+        complain(std::path::Path::new("-e"), name, "the command line");
+    }
+    errors
+}

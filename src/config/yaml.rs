@@ -1,0 +1,80 @@
+//! YAML loading with limits and errors that point at `file:line:col`.
+//!
+//! serde-saphyr gives every error a location and a source snippet and refuses hostile input (alias
+//! bombs, deep nesting) within its budget, so a bad file costs milliseconds, not minutes.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde_saphyr::{Location, Options};
+
+use super::ConfigError;
+
+/// Largest YAML file we read; a playbook or inventory is a few kilobytes.
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads and parses one YAML file into `T`.
+pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<(T, String), ConfigError> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| ConfigError::io(path, &e))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(ConfigError::plain(
+            path,
+            format!("the file is {size} bytes; rigrun reads YAML files of at most {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
+    let value = parse_str(path, &text)?;
+    Ok((value, text))
+}
+
+/// Parses YAML text that came from `path` (used in error messages only).
+pub fn parse_str<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    serde_saphyr::from_str_with_options(text, options()).map_err(|err| {
+        let location = err.location();
+        let message = suggest_step_kind(&err.without_snippet().to_string());
+        let snippet = err.to_string();
+        ConfigError {
+            file: path.display().to_string(),
+            line: location.as_ref().map(Location::line).unwrap_or(0),
+            column: location.as_ref().map(Location::column).unwrap_or(0),
+            message: strip_location_suffix(&message),
+            snippet: Some(snippet),
+        }
+    })
+}
+
+fn options() -> Options {
+    let budget = serde_saphyr::budget! {
+        max_events: 200_000,
+        max_nodes: 100_000,
+        max_aliases: 1_000,
+        max_anchors: 1_000,
+        max_depth: 48,
+        max_documents: 1,
+    };
+    serde_saphyr::options! { budget: budget }
+}
+
+/// serde lists the valid variants of an unknown step kind; we add the closest one.
+fn suggest_step_kind(message: &str) -> String {
+    let Some(rest) = message.split("unknown variant `").nth(1) else {
+        return message.to_string();
+    };
+    let Some((given, _)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    match crate::config::closest(given, crate::config::playbook::STEP_KINDS) {
+        Some(best) => format!("{message}; did you mean `{best}`?"),
+        None => message.to_string(),
+    }
+}
+
+/// serde-saphyr appends " at line X column Y"; we print the location ourselves, first.
+fn strip_location_suffix(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}

@@ -1,0 +1,112 @@
+//! What happens during a run, in order. The executor emits events; the store journals them
+//! (`events.jsonl`, `records.jsonl`, `run.json`) and the progress display shows them.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::transport::Stream;
+
+/// One measured result (or the reason there is none) for one host, step and sweep point.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    pub run: String,
+    pub host: String,
+    pub step: String,
+    pub step_index: usize,
+    pub point: IndexMap<String, Json>,
+    pub metrics: serde_json::Map<String, Json>,
+    pub status: RecordStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordStatus {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// How a step, a host or the run ended.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Running,
+    Ok,
+    Failed,
+    Interrupted,
+    Skipped,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted {
+        run_id: String,
+        hosts: Vec<String>,
+    },
+    HostConnecting {
+        host: String,
+    },
+    HostConnected {
+        host: String,
+        facts: Json,
+    },
+    StepStarted {
+        host: String,
+        index: usize,
+        name: String,
+        kind: String,
+    },
+    PointStarted {
+        host: String,
+        step: String,
+        point: String,
+    },
+    PointFinished {
+        host: String,
+        step: String,
+        point: String,
+        status: RecordStatus,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        seconds: f64,
+    },
+    Record(Record),
+    /// A line of a command's output; shown live, kept in the per-point log files, not journaled.
+    Output {
+        host: String,
+        label: String,
+        stream: Stream,
+        line: String,
+    },
+    StepFinished {
+        host: String,
+        index: usize,
+        name: String,
+        status: Status,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        details: Json,
+        seconds: f64,
+    },
+    HostFinished {
+        host: String,
+        status: Status,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        failed_step: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    Interrupted,
+    RunFinished {
+        status: Status,
+    },
+}
+
+/// The sending half the executor and steps use; sending never blocks.
+pub type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;

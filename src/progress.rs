@@ -1,0 +1,120 @@
+//! Live progress on stderr: a line per host on a terminal (indicatif), plain prefixed lines
+//! otherwise. Output lines of commands are shown prefixed with host and point.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::events::{Event, RecordStatus, Status};
+
+pub struct Progress {
+    /// Bars per host on a terminal; None for plain lines.
+    bars: Option<(MultiProgress, IndexMap<String, ProgressBar>)>,
+    steps: usize,
+    /// Whether command output lines are shown (always kept in the run directory).
+    show_output: bool,
+}
+
+impl Progress {
+    pub fn new(hosts: &[String], steps: usize, show_output: bool) -> Progress {
+        let bars = std::io::stderr().is_terminal().then(|| {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            let width = hosts.iter().map(String::len).max().unwrap_or(0);
+            let bars = hosts
+                .iter()
+                .map(|h| {
+                    let bar = multi.add(ProgressBar::new_spinner());
+                    bar.set_style(style.clone());
+                    bar.set_prefix(format!("{h:width$}"));
+                    bar.set_message("waiting");
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                    (h.clone(), bar)
+                })
+                .collect();
+            (multi, bars)
+        });
+        Progress { bars, steps, show_output }
+    }
+
+    fn line(&self, text: String) {
+        match &self.bars {
+            Some((multi, _)) => {
+                let _ = multi.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
+    fn status(&self, host: &str, text: String) {
+        match &self.bars {
+            Some((_, bars)) => {
+                if let Some(bar) = bars.get(host) {
+                    bar.set_message(text);
+                }
+            }
+            None => eprintln!("[{host}] {text}"),
+        }
+    }
+
+    pub fn show(&mut self, event: &Event) {
+        match event {
+            Event::HostConnecting { host } => self.status(host, "connecting".into()),
+            Event::HostConnected { host, facts } => {
+                let arch = facts["arch"].as_str().unwrap_or("?");
+                let gpus = facts["gpu_count"].as_u64().map(|n| format!(", {n} GPU(s)")).unwrap_or_default();
+                self.status(host, format!("connected ({arch}{gpus})"));
+            }
+            Event::StepStarted { host, index, name, .. } => {
+                self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
+            }
+            Event::PointStarted { host, step, point } => self.status(host, format!("{step} {point}")),
+            Event::PointFinished { host, step, point, status, reason, seconds, .. } => {
+                let how = match status {
+                    RecordStatus::Ok => format!("ok in {seconds:.1}s"),
+                    RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
+                    RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
+                };
+                self.line(format!("[{host}] {step} {point}: {how}"));
+            }
+            Event::Output { host, label, line, .. } if self.show_output => {
+                self.line(format!("[{host} {label}] {line}"));
+            }
+            Event::StepFinished { host, index, name, status, error, seconds, .. } => {
+                let how = match (status, error) {
+                    (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
+                    (_, Some(e)) => format!("FAILED: {e}"),
+                    _ => "failed".into(),
+                };
+                self.line(format!("[{host}] step {}/{} {name}: {how}", index + 1, self.steps));
+            }
+            Event::HostFinished { host, status, failed_step, .. } => {
+                let text = match (status, failed_step) {
+                    (Status::Ok, _) => "done".to_string(),
+                    (_, Some(step)) => format!("FAILED at {step}"),
+                    _ => "failed".into(),
+                };
+                if let Some((_, bars)) = &self.bars {
+                    if let Some(bar) = bars.get(host) {
+                        bar.finish_with_message(text);
+                        return;
+                    }
+                }
+                self.status(host, text);
+            }
+            Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
+            _ => {}
+        }
+    }
+
+    pub fn finish(&mut self) {
+        if let Some((_, bars)) = &self.bars {
+            for bar in bars.values().filter(|b| !b.is_finished()) {
+                bar.finish();
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Talking to an OpenAI-compatible server on the host: `/v1/models`, polling until it answers,
+//! and one short completion as a smoke test.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value as Json};
+
+use crate::transport::HttpEndpoint;
+
+/// What `/v1/models` said.
+#[derive(Debug)]
+pub struct ServerInfo {
+    pub models: Vec<String>,
+    pub max_model_len: Option<u64>,
+    pub reply: Json,
+}
+
+impl ServerInfo {
+    /// The `server` variable later steps can use: `server.models`, `server.max_model_len`.
+    pub fn as_var(&self, url: &str) -> Json {
+        json!({ "url": url, "models": self.models, "max_model_len": self.max_model_len })
+    }
+}
+
+fn models_url(base: &str) -> String {
+    format!("{}/v1/models", base.trim_end_matches('/').trim_end_matches("/v1"))
+}
+
+fn request(builder: reqwest::RequestBuilder, api_key: Option<&str>) -> reqwest::RequestBuilder {
+    match api_key {
+        Some(key) => builder.bearer_auth(key),
+        None => builder,
+    }
+}
+
+/// One `GET /v1/models`, with a message that says what went wrong in the user's terms.
+pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Result<ServerInfo> {
+    let url = models_url(&endpoint.base_url);
+    let reply = request(endpoint.client.get(&url), api_key)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("GET {url}: {}", explain(&e)))?;
+    let status = reply.status();
+    let body = reply.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("GET {url}: HTTP {status}: {}", excerpt(&body));
+    }
+    parse_models(&body).map_err(|e| anyhow::anyhow!("GET {url}: {e}"))
+}
+
+pub fn parse_models(body: &str) -> Result<ServerInfo> {
+    let reply: Json = serde_json::from_str(body).map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body)))?;
+    let Some(data) = reply.get("data").and_then(Json::as_array) else {
+        bail!("the reply has no `data` list of models: {}", excerpt(body));
+    };
+    let models = data.iter().filter_map(|m| m.get("id")?.as_str().map(str::to_string)).collect();
+    let max_model_len = data.iter().find_map(|m| m.get("max_model_len")?.as_u64());
+    Ok(ServerInfo { models, max_model_len, reply })
+}
+
+/// Polls `/v1/models` until it answers or `wait` runs out; `gone` may end the wait early with a
+/// reason (e.g. the server process exited). The last error is in the message.
+pub async fn wait_until_up(
+    endpoint: &HttpEndpoint,
+    wait: Duration,
+    api_key: Option<&str>,
+    gone: &(dyn Fn() -> Option<String> + Send + Sync),
+) -> Result<(ServerInfo, Duration)> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let error = match get_models(endpoint, api_key).await {
+            Ok(info) => return Ok((info, started.elapsed())),
+            Err(e) => e,
+        };
+        if let Some(reason) = gone() {
+            bail!("{reason}; last answer: {error:#}");
+        }
+        if started.elapsed() + pause > wait {
+            bail!("the server did not answer within {}; last error: {error:#}", super::human(wait));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One short completion; the server must return tokens.
+pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) -> Result<Json> {
+    let url = format!("{}/v1/completions", endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1"));
+    let body = json!({ "model": model, "prompt": "Hello", "max_tokens": 8, "temperature": 0 });
+    let reply = request(endpoint.client.post(&url), api_key)
+        .json(&body)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("POST {url}: {}", explain(&e)))?;
+    let status = reply.status();
+    let text = reply.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("smoke test POST {url}: HTTP {status}: {}", excerpt(&text));
+    }
+    let reply: Json = serde_json::from_str(&text).map_err(|_| anyhow::anyhow!("smoke test: the reply is not JSON: {}", excerpt(&text)))?;
+    let tokens = reply.pointer("/usage/completion_tokens").and_then(Json::as_u64).unwrap_or(0);
+    let text_out = reply.pointer("/choices/0/text").and_then(Json::as_str).unwrap_or("");
+    if tokens == 0 && text_out.is_empty() {
+        bail!("smoke test: the server returned no tokens: {}", excerpt(&reply.to_string()));
+    }
+    Ok(json!({ "completion_tokens": tokens, "text": text_out }))
+}
+
+fn explain(err: &reqwest::Error) -> String {
+    let chain = std::iter::successors(std::error::Error::source(err), |e| e.source())
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ");
+    if err.is_timeout() {
+        "no answer in time (timed out)".to_string()
+    } else if err.is_connect() {
+        format!("connection refused or unreachable ({chain}); is the server listening?")
+    } else if chain.contains("connection closed") || chain.contains("IncompleteMessage") || chain.contains("reset") {
+        format!("the connection was closed before an answer ({chain}); is the server listening on that address?")
+    } else {
+        format!("{err}{}", if chain.is_empty() { String::new() } else { format!(": {chain}") })
+    }
+}
+
+fn excerpt(body: &str) -> String {
+    let body = body.trim();
+    if body.chars().count() > 300 {
+        format!("{}…", body.chars().take(300).collect::<String>())
+    } else {
+        body.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_vllm_and_sglang_model_lists() {
+        let info = parse_models(r#"{"object":"list","data":[{"id":"Qwen/Qwen3.6-27B","object":"model","max_model_len":262144}]}"#).unwrap();
+        assert_eq!(info.models, ["Qwen/Qwen3.6-27B"]);
+        assert_eq!(info.max_model_len, Some(262144));
+        let info = parse_models(r#"{"data":[{"id":"a"},{"id":"b"}]}"#).unwrap();
+        assert_eq!(info.models, ["a", "b"]);
+        assert_eq!(info.max_model_len, None);
+    }
+
+    #[test]
+    fn refuses_other_shapes_with_the_body() {
+        let err = parse_models("<html>502 Bad Gateway</html>").unwrap_err().to_string();
+        assert!(err.contains("not JSON") && err.contains("502"), "{err}");
+        let err = parse_models(r#"{"models": []}"#).unwrap_err().to_string();
+        assert!(err.contains("no `data` list"), "{err}");
+    }
+
+    #[test]
+    fn urls_accept_a_trailing_v1() {
+        assert_eq!(models_url("http://127.0.0.1:30000"), "http://127.0.0.1:30000/v1/models");
+        assert_eq!(models_url("http://127.0.0.1:30000/v1/"), "http://127.0.0.1:30000/v1/models");
+    }
+}

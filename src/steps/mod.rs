@@ -1,0 +1,151 @@
+//! The step kinds, one module each. A step runs on one host through its transport and reports
+//! what it did; records and output lines go out as events while it runs.
+
+mod command;
+mod copy_script;
+mod fetch_results;
+mod http;
+mod run_sweep;
+mod shell;
+mod start_server;
+mod verify_server;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use indexmap::IndexMap;
+use serde_json::{json, Value as Json};
+
+pub use command::run_logged;
+pub use copy_script::upload_if_changed;
+pub use start_server::BackgroundServer;
+
+use crate::events::{Event, EventSender, Record, RecordStatus, Status};
+use crate::plan::{Action, HostVars, PlannedStep};
+use crate::store::RunDir;
+use crate::transport::Transport;
+
+/// Everything a step needs to act on one host.
+pub struct HostCtx {
+    pub host: String,
+    pub transport: Arc<Transport>,
+    pub events: EventSender,
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    /// The login directory on the host, for `~/` paths.
+    pub home: String,
+    /// The host's working directory, resolved.
+    pub workdir: String,
+    /// Servers started by `start-server`, stopped when the host's playbook ends.
+    pub servers: Vec<BackgroundServer>,
+}
+
+/// What a step reports when it ends.
+pub struct StepOutcome {
+    pub status: Status,
+    pub error: Option<String>,
+    /// Kept in the manifest (checksums, server replies, counts).
+    pub details: Json,
+    /// Variables for later steps (e.g. `server` from verify-server).
+    pub provides: HostVars,
+    /// The host stops here (a failed step, or a sweep told to stop on failure).
+    pub stop_host: bool,
+}
+
+impl StepOutcome {
+    pub fn ok(details: Json) -> StepOutcome {
+        StepOutcome { status: Status::Ok, error: None, details, provides: HostVars::new(), stop_host: false }
+    }
+
+    pub fn failed(error: impl Into<String>, details: Json) -> StepOutcome {
+        StepOutcome { status: Status::Failed, error: Some(error.into()), details, provides: HostVars::new(), stop_host: true }
+    }
+}
+
+impl HostCtx {
+    pub fn emit(&self, event: Event) {
+        // The receiver only goes away when the run is being torn down.
+        let _ = self.events.send(event);
+    }
+
+    /// Resolves a leading `~/` against the host's login directory.
+    pub fn resolve(&self, path: &str) -> String {
+        match path.strip_prefix("~/") {
+            Some(rest) => format!("{}/{rest}", self.home.trim_end_matches('/')),
+            None if path == "~" => self.home.clone(),
+            None => path.to_string(),
+        }
+    }
+
+    pub fn step_dir(&self, step: &PlannedStep) -> Result<PathBuf> {
+        RunDir::step_dir(&self.run_dir, &self.host, step.index, &step.name)
+    }
+
+    pub fn record(
+        &self,
+        step: &PlannedStep,
+        point: &IndexMap<String, Json>,
+        metrics: serde_json::Map<String, Json>,
+        status: RecordStatus,
+        reason: Option<String>,
+    ) {
+        self.emit(Event::Record(Record {
+            run: self.run_id.clone(),
+            host: self.host.clone(),
+            step: step.name.clone(),
+            step_index: step.index,
+            point: point.clone(),
+            metrics,
+            status,
+            reason,
+        }));
+    }
+}
+
+/// Runs one planned step on the host, within its timeout when it has one (a sweep's timeout
+/// applies per point instead).
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> StepOutcome {
+    let timeout = match step.action {
+        Action::RunSweep { .. } => None,
+        _ => step.timeout,
+    };
+    let work = dispatch(ctx, step, vars);
+    let result = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, work).await {
+            Ok(result) => result,
+            Err(_) => Err(anyhow::anyhow!("timed out after {}", humantime::format_duration(limit))),
+        },
+        None => work.await,
+    };
+    result.unwrap_or_else(|e| StepOutcome::failed(format!("{e:#}"), Json::Null))
+}
+
+async fn dispatch(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Result<StepOutcome> {
+    match &step.action {
+        Action::VerifyServer { url, model, wait, smoke, api_key_env } => {
+            verify_server::run(ctx, url, model.as_deref(), *wait, *smoke, api_key_env.as_deref()).await
+        }
+        Action::CopyScript { src, dest, mode, template } => {
+            copy_script::run(ctx, step, src, dest, *mode, *template, vars).await
+        }
+        Action::RunSweep { points, stop_on_failure } => {
+            run_sweep::run(ctx, step, points, *stop_on_failure).await
+        }
+        Action::FetchResults { src, records } => fetch_results::run(ctx, step, src, *records).await,
+        Action::Shell { command } => shell::run(ctx, step, command).await,
+        Action::StartServer { command, url, wait, keep } => {
+            start_server::run(ctx, step, command, url, *wait, *keep).await
+        }
+        Action::Deferred { reason } => Ok(StepOutcome::failed(
+            format!("the step could not be planned: it {reason}, but no earlier step provided it"),
+            json!(null),
+        )),
+    }
+}
+
+/// `90s`, `12m 5s`: a duration for messages.
+pub fn human(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs().max(1))).to_string()
+}

@@ -1,0 +1,17 @@
+//! `shell`: one command on the host (setup, `nvidia-smi`, `systemctl restart sglang`), output kept.
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::{run_logged, HostCtx, StepOutcome};
+use crate::plan::PlannedStep;
+
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, command: &str) -> Result<StepOutcome> {
+    let log_base = ctx.step_dir(step)?.join("output");
+    let end = run_logged(ctx, command, &step.name, &log_base, None, &mut |_| {}).await?;
+    let details = json!({ "command": command, "exit_code": end.exit_code });
+    Ok(match end.failure(None) {
+        None => StepOutcome::ok(details),
+        Some(why) => StepOutcome::failed(why, details),
+    })
+}

@@ -1,0 +1,61 @@
+//! `verify-server`: `GET {url}/v1/models` as seen from the host (through an SSH port forward to
+//! the host's loopback), polling until it answers or `wait` runs out.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::http::{smoke, wait_until_up};
+use super::{HostCtx, StepOutcome};
+
+pub async fn run(
+    ctx: &mut HostCtx,
+    url: &str,
+    model: Option<&str>,
+    wait: Duration,
+    smoke_test: bool,
+    api_key_env: Option<&str>,
+) -> Result<StepOutcome> {
+    let api_key = api_key(api_key_env)?;
+    let endpoint = ctx.transport.http_endpoint(url).await?;
+    let (info, waited) = match wait_until_up(&endpoint, wait, api_key.as_deref(), &|| None).await {
+        Ok(up) => up,
+        Err(e) => return Ok(StepOutcome::failed(format!("{url} on {}: {e:#}", ctx.host), json!({ "url": url }))),
+    };
+    let mut details = json!({
+        "url": url,
+        "models": info.models,
+        "max_model_len": info.max_model_len,
+        "waited_seconds": waited.as_secs_f64(),
+        "reply": info.reply,
+    });
+    if let Some(model) = model {
+        if !info.models.iter().any(|m| m == model) {
+            let served = if info.models.is_empty() { "nothing".to_string() } else { info.models.join(", ") };
+            return Ok(StepOutcome::failed(
+                format!("model `{model}` is not served at {url} on {}; it serves: {served}", ctx.host),
+                details,
+            ));
+        }
+    }
+    if smoke_test {
+        let model = model.or(info.models.first().map(String::as_str)).unwrap_or_default();
+        match smoke(&endpoint, model, api_key.as_deref()).await {
+            Ok(reply) => details["smoke"] = reply,
+            Err(e) => return Ok(StepOutcome::failed(format!("{e:#}"), details)),
+        }
+    }
+    let mut outcome = StepOutcome::ok(details);
+    outcome.provides.insert("server".into(), info.as_var(url));
+    Ok(outcome)
+}
+
+/// The API key comes from the environment only, so it never sits in a playbook, log or manifest.
+pub fn api_key(env_name: Option<&str>) -> Result<Option<String>> {
+    env_name
+        .map(|name| {
+            std::env::var(name).with_context(|| format!("api_key_env names `{name}`, but that environment variable is not set"))
+        })
+        .transpose()
+}

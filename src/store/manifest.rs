@@ -1,0 +1,167 @@
+//! `run.json`: the context of every number in the run.
+
+use chrono::{DateTime, Utc};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::events::{Event, Status};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub run_id: String,
+    pub tool: Tool,
+    pub playbook: PlaybookInfo,
+    pub inventory: InventoryInfo,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub status: Status,
+    pub hosts: IndexMap<String, HostEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlaybookInfo {
+    pub path: String,
+    pub name: String,
+    /// The playbook file as it was when the run started.
+    pub source: String,
+    /// `-e` values given on the command line.
+    pub extra_vars: Json,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InventoryInfo {
+    pub path: String,
+    /// The inventory file as it was when the run started.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostEntry {
+    pub status: Option<Status>,
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+    #[serde(default)]
+    pub facts: Json,
+    #[serde(default)]
+    pub steps: Vec<StepEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepEntry {
+    pub index: usize,
+    pub name: String,
+    pub kind: String,
+    pub status: Status,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub details: Json,
+}
+
+impl Manifest {
+    /// Folds one event into the manifest; returns whether anything changed worth rewriting.
+    pub fn apply(&mut self, event: &Event, now: DateTime<Utc>) -> bool {
+        match event {
+            Event::HostConnected { host, facts } => {
+                self.host(host).facts = facts.clone();
+            }
+            Event::StepStarted { host, index, name, kind } => {
+                self.host(host).steps.push(StepEntry {
+                    index: *index,
+                    name: name.clone(),
+                    kind: kind.clone(),
+                    status: Status::Running,
+                    started_at: now,
+                    finished_at: None,
+                    error: None,
+                    details: Json::Null,
+                });
+            }
+            Event::StepFinished { host, index, status, error, details, .. } => {
+                if let Some(step) = self.host(host).steps.iter_mut().rev().find(|s| s.index == *index) {
+                    step.status = *status;
+                    step.error = error.clone();
+                    step.details = details.clone();
+                    step.finished_at = Some(now);
+                }
+            }
+            Event::HostFinished { host, status, failed_step, error } => {
+                let entry = self.host(host);
+                entry.status = Some(*status);
+                entry.failed_step = failed_step.clone();
+                entry.error = error.clone();
+            }
+            Event::Interrupted => self.mark_interrupted(now),
+            Event::RunFinished { status } => {
+                self.status = *status;
+                self.finished_at = Some(now);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn host(&mut self, host: &str) -> &mut HostEntry {
+        self.hosts.entry(host.to_string()).or_default()
+    }
+
+    /// Ctrl-C: whatever was running is marked interrupted, everything measured stays.
+    fn mark_interrupted(&mut self, now: DateTime<Utc>) {
+        for entry in self.hosts.values_mut() {
+            for step in entry.steps.iter_mut().filter(|s| s.status == Status::Running) {
+                step.status = Status::Interrupted;
+                step.finished_at = Some(now);
+            }
+            if entry.status.is_none() {
+                entry.status = Some(Status::Interrupted);
+            }
+        }
+    }
+}
+
+/// The first manifest of a run: what was asked, before anything happened.
+pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateTime<Utc>) -> Manifest {
+    let hosts = config
+        .hosts
+        .iter()
+        .map(|h| {
+            let spec = config.host(h);
+            let entry = HostEntry {
+                labels: spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                ..HostEntry::default()
+            };
+            (h.clone(), entry)
+        })
+        .collect();
+    Manifest {
+        run_id: run_id.to_string(),
+        tool: Tool { name: "rigrun".into(), version: env!("CARGO_PKG_VERSION").into() },
+        playbook: PlaybookInfo {
+            path: config.playbook_path.display().to_string(),
+            name: config.playbook.name.value.clone(),
+            source: config.playbook_text.clone(),
+            extra_vars: serde_json::to_value(&config.extra_vars).unwrap_or_default(),
+        },
+        inventory: InventoryInfo {
+            path: config.inventory_path.display().to_string(),
+            source: config.inventory_text.clone(),
+        },
+        started_at: started,
+        finished_at: None,
+        status: Status::Running,
+        hosts,
+    }
+}

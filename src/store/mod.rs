@@ -1,0 +1,16 @@
+//! The run directory: everything a run measured, written the moment it exists.
+//!
+//! ```text
+//! runs/<UTC time>-<playbook>/
+//!   run.json        manifest: resolved playbook and inventory, tool version, host facts,
+//!                   start/end, status per host and step (rewritten atomically as it changes)
+//!   records.jsonl   one line per record
+//!   events.jsonl    what happened, in order
+//!   hosts/<host>/   logs per step and point, fetched files
+//! ```
+
+mod manifest;
+mod run_dir;
+
+pub use manifest::{manifest_for, HostEntry, Manifest, StepEntry};
+pub use run_dir::{read_manifest, read_records, slug, RunDir};

@@ -1,0 +1,155 @@
+//! Creating, writing and reading a run directory.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+
+use super::Manifest;
+use crate::events::{Event, Record};
+
+pub struct RunDir {
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    events: File,
+    records: File,
+}
+
+/// A file-name-safe form of `text`: letters, digits, `.`, `_`, `=`, `-`; anything else becomes `_`.
+pub fn slug(text: &str) -> String {
+    let s: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._=-".contains(c) { c } else { '_' })
+        .collect();
+    let s = s.trim_matches('.').to_string();
+    if s.is_empty() {
+        "_".to_string()
+    } else {
+        s
+    }
+}
+
+impl RunDir {
+    /// Creates `runs_dir/<UTC time>-<playbook name>/` and writes the first manifest.
+    pub fn create(runs_dir: &Path, manifest: Manifest) -> Result<RunDir> {
+        std::fs::create_dir_all(runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
+        let path = runs_dir.join(&manifest.run_id);
+        std::fs::create_dir(&path).with_context(|| format!("cannot create the run directory {}", path.display()))?;
+        let open = |name: &str| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path.join(name))
+                .with_context(|| format!("cannot create {}", path.join(name).display()))
+        };
+        let dir = RunDir { events: open("events.jsonl")?, records: open("records.jsonl")?, path, manifest };
+        dir.write_manifest()?;
+        Ok(dir)
+    }
+
+    /// A run id that does not exist yet under `runs_dir`: `<UTC time>-<name>`.
+    pub fn new_run_id(runs_dir: &Path, name: &str, at: DateTime<Utc>) -> String {
+        let base = format!("{}-{}", at.format("%Y%m%dT%H%M%SZ"), slug(name));
+        let mut id = base.clone();
+        let mut n = 2;
+        while runs_dir.join(&id).exists() {
+            id = format!("{base}-{n}");
+            n += 1;
+        }
+        id
+    }
+
+    /// Journals one event: appended to `events.jsonl` (records also to `records.jsonl`) and
+    /// flushed at once, so a run cut short keeps everything it measured.
+    pub fn journal(&mut self, event: &Event) -> Result<()> {
+        if matches!(event, Event::Output { .. }) {
+            return Ok(());
+        }
+        let now = Utc::now();
+        let mut line = serde_json::to_value(event)?;
+        if let Some(obj) = line.as_object_mut() {
+            obj.shift_insert(0, "at".into(), serde_json::to_value(now)?);
+        }
+        writeln!(self.events, "{line}")?;
+        self.events.flush()?;
+        if let Event::Record(record) = event {
+            writeln!(self.records, "{}", serde_json::to_string(record)?)?;
+            self.records.flush()?;
+        }
+        if self.manifest.apply(event, now) {
+            self.write_manifest()?;
+        }
+        Ok(())
+    }
+
+    fn write_manifest(&self) -> Result<()> {
+        let tmp = self.path.join(".run.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.manifest)?)?;
+        std::fs::rename(&tmp, self.path.join("run.json"))?;
+        Ok(())
+    }
+
+    /// `hosts/<host>/`, where a host's logs and fetched files go.
+    pub fn host_dir(run_dir: &Path, host: &str) -> PathBuf {
+        run_dir.join("hosts").join(slug(host))
+    }
+
+    /// `hosts/<host>/<NN>-<step>/`, created on demand.
+    pub fn step_dir(run_dir: &Path, host: &str, index: usize, step: &str) -> Result<PathBuf> {
+        let dir = Self::host_dir(run_dir, host).join(format!("{:02}-{}", index + 1, slug(step)));
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+/// Reads a run directory's manifest.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join("run.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{} is not a run directory (no readable run.json)", dir.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a rigrun manifest", path.display()))
+}
+
+/// Reads `records.jsonl`; a line cut short by a crash is reported with its line number.
+pub fn read_records(dir: &Path) -> Result<(Manifest, Vec<Record>)> {
+    let manifest = read_manifest(dir)?;
+    let path = dir.join("records.jsonl");
+    let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut records = Vec::new();
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{}: not a record", path.display(), n + 1))?;
+        records.push(record);
+    }
+    Ok((manifest, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_file_name_safe() {
+        assert_eq!(slug("concurrency=16 input_len=1000"), "concurrency=16_input_len=1000");
+        assert_eq!(slug("../etc"), "_etc");
+        assert_eq!(slug(".."), "_");
+        assert_eq!(slug("a/b"), "a_b");
+    }
+
+    #[test]
+    fn run_ids_never_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = Utc::now();
+        let first = RunDir::new_run_id(dir.path(), "sweep", at);
+        std::fs::create_dir(dir.path().join(&first)).unwrap();
+        let second = RunDir::new_run_id(dir.path(), "sweep", at);
+        assert_ne!(first, second);
+        assert!(second.ends_with("-2"));
+    }
+}

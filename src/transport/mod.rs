@@ -1,0 +1,129 @@
+//! Transports: how rigrun runs commands, moves files and reaches HTTP servers on a host.
+//!
+//! `ssh` goes through one OpenSSH ControlMaster per host (so `~/.ssh/config`, ProxyJump and the
+//! agent work as they do for `ssh`); `local` does the same on this machine. Both run commands
+//! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way.
+
+mod local;
+mod ssh;
+pub mod wrapper;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Result;
+use tokio::sync::Semaphore;
+
+pub use local::LocalTransport;
+pub use ssh::SshTransport;
+pub use wrapper::Stream;
+
+use crate::config::{Connection, HostSpec, KnownHostsPolicy};
+
+/// sshd allows 10 sessions per connection (SFTP counts); we keep a margin.
+pub const MAX_CHANNELS_PER_HOST: usize = 8;
+
+pub enum Transport {
+    Ssh(SshTransport),
+    Local(LocalTransport),
+}
+
+/// An HTTP server on the host, reachable from here.
+pub struct HttpEndpoint {
+    /// A client that reaches the host's server (through a port forward for SSH hosts).
+    pub client: reqwest::Client,
+    /// The URL as the host sees it; requests use it unchanged.
+    pub base_url: String,
+}
+
+impl Transport {
+    /// Connects to `host` (for SSH: starts its ControlMaster in `control_dir`).
+    pub async fn connect(
+        host: &str,
+        spec: &HostSpec,
+        policy: KnownHostsPolicy,
+        control_dir: &Path,
+    ) -> Result<Transport> {
+        Ok(match spec.connection {
+            Connection::Local => Transport::Local(LocalTransport::new()),
+            Connection::Ssh => Transport::Ssh(SshTransport::connect(host, spec, policy, control_dir).await?),
+        })
+    }
+
+    /// Runs `command` with `sh`, passing each output line to `on_line`; returns the exit code.
+    /// Dropping the future stops the command and everything it started.
+    pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
+        match self {
+            Transport::Ssh(t) => t.exec(command, on_line).await,
+            Transport::Local(t) => t.exec(command, on_line).await,
+        }
+    }
+
+    /// Runs `command` and returns its stdout, failing with its stderr when it exits non-zero.
+    pub async fn output(&self, command: &str) -> Result<String> {
+        let mut out = String::new();
+        let mut err = String::new();
+        let code = self
+            .exec(command, &mut |stream, line| {
+                let buf = if stream == Stream::Stdout { &mut out } else { &mut err };
+                buf.push_str(line);
+                buf.push('\n');
+            })
+            .await?;
+        if code != 0 {
+            anyhow::bail!("`{command}` exited with {code}: {}", err.trim());
+        }
+        Ok(out)
+    }
+
+    /// Reads a whole file from the host.
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        match self {
+            Transport::Ssh(t) => t.read_file(path).await,
+            Transport::Local(t) => t.read_file(path).await,
+        }
+    }
+
+    /// Writes a whole file on the host atomically (temporary name, then rename), creating its
+    /// parent folders, with the given permission bits.
+    pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        match self {
+            Transport::Ssh(t) => t.write_file_atomic(path, data, mode).await,
+            Transport::Local(t) => t.write_file_atomic(path, data, mode).await,
+        }
+    }
+
+    /// Makes `url` (as the host sees it) reachable from here.
+    pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
+        match self {
+            Transport::Ssh(t) => t.http_endpoint(url).await,
+            Transport::Local(_) => Ok(HttpEndpoint {
+                client: http_client(reqwest::Client::builder())?,
+                base_url: url.to_string(),
+            }),
+        }
+    }
+
+    /// Ends the connection (for SSH: stops the ControlMaster).
+    pub async fn close(&self) {
+        if let Transport::Ssh(t) = self {
+            t.close().await;
+        }
+    }
+}
+
+/// The HTTP client settings every check uses: no proxy (servers are on the host's loopback),
+/// bounded connect and read times.
+pub fn http_client(builder: reqwest::ClientBuilder) -> Result<reqwest::Client> {
+    crate::install_crypto_provider();
+    Ok(builder
+        .no_proxy()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .read_timeout(std::time::Duration::from_secs(30))
+        .build()?)
+}
+
+/// A counted permit for one channel; see [`MAX_CHANNELS_PER_HOST`].
+pub(crate) fn channel_limit() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(MAX_CHANNELS_PER_HOST))
+}

@@ -1,0 +1,341 @@
+//! The `ssh` connection: one OpenSSH ControlMaster per host, commands and SFTP multiplexed over it.
+//!
+//! We start the master with the `ssh` binary ourselves, so that every `ssh_options` entry becomes
+//! an `-o` flag and `~/.ssh/config` is still read, then attach to it with openssh's native mux.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use openssh::{ForwardType, Session, Socket};
+use openssh_sftp_client::{Sftp, SftpOptions};
+use tokio::sync::{Mutex, Semaphore};
+
+use super::wrapper::{self, Stream};
+use super::HttpEndpoint;
+use crate::config::{HostSpec, KnownHostsPolicy};
+
+/// A master idle this long exits by itself, so a crashed rigrun leaves nothing behind for long.
+const CONTROL_PERSIST_SECS: u32 = 300;
+/// Longest we wait for a master to connect and authenticate.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+pub struct SshTransport {
+    host: String,
+    master: MasterSpec,
+    session: Mutex<Arc<Session>>,
+    sftp: Mutex<Option<Arc<Sftp>>>,
+    /// Exec channels; SFTP holds one more for the whole run.
+    permits: Arc<Semaphore>,
+}
+
+/// What it takes to (re)start the ControlMaster.
+struct MasterSpec {
+    args: Vec<String>,
+    control: PathBuf,
+    log: PathBuf,
+    dir: PathBuf,
+    describe: String,
+}
+
+impl SshTransport {
+    pub async fn connect(
+        host: &str,
+        spec: &HostSpec,
+        policy: KnownHostsPolicy,
+        control_dir: &Path,
+    ) -> Result<SshTransport> {
+        let master = MasterSpec::new(host, spec, policy, control_dir);
+        let session = master.start().await?;
+        Ok(SshTransport {
+            host: host.to_string(),
+            master,
+            session: Mutex::new(Arc::new(session)),
+            sftp: Mutex::new(None),
+            permits: Arc::new(Semaphore::new(super::MAX_CHANNELS_PER_HOST - 1)),
+        })
+    }
+
+    /// The live session; a master that died (network blip, idle timeout) is started again.
+    async fn session(&self) -> Result<Arc<Session>> {
+        let mut guard = self.session.lock().await;
+        if guard.check().await.is_err() {
+            tracing::warn!(host = %self.host, "the SSH master is gone; reconnecting");
+            *guard = Arc::new(self.master.start().await?);
+            *self.sftp.lock().await = None;
+        }
+        Ok(guard.clone())
+    }
+
+    pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
+        let _permit = self.permits.acquire().await?;
+        let session = self.session().await?;
+        let marker = wrapper::new_marker();
+        let mut child = session
+            .raw_command(wrapper::wrapper_command_line(command, &marker))
+            .stdin(openssh::Stdio::piped())
+            .stdout(openssh::Stdio::piped())
+            .stderr(openssh::Stdio::piped())
+            .spawn()
+            .await
+            .with_context(|| format!("cannot start a command on {}", self.host))?;
+        // Held until the command ends: closing it is what stops the command (see wrapper.rs).
+        let _stdin = child.stdin().take();
+        let stdout = child.stdout().take().context("no stdout channel")?;
+        let stderr = child.stderr().take().context("no stderr channel")?;
+        let code = wrapper::drive(stdout, stderr, &marker, on_line).await?;
+        let _ = child.wait().await;
+        code.ok_or_else(|| anyhow!("the connection to {} broke before the command finished", self.host))
+    }
+
+    async fn sftp(&self) -> Result<Arc<Sftp>> {
+        let session = self.session().await?;
+        let mut guard = self.sftp.lock().await;
+        if let Some(sftp) = guard.as_ref() {
+            return Ok(sftp.clone());
+        }
+        let resumed = Session::resume_mux(session.control_socket().into(), None);
+        let sftp = Sftp::from_session(resumed, SftpOptions::default())
+            .await
+            .with_context(|| format!("cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)", self.host))?;
+        let sftp = Arc::new(sftp);
+        *guard = Some(sftp.clone());
+        Ok(sftp)
+    }
+
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let sftp = self.sftp().await?;
+        let data = sftp
+            .fs()
+            .read(sftp_path(path))
+            .await
+            .with_context(|| format!("cannot read {path} on {}", self.host))?;
+        Ok(data.to_vec())
+    }
+
+    pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        let sftp = self.sftp().await?;
+        let target = sftp_path(path);
+        let dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut fs = sftp.fs();
+        create_dirs(&mut fs, &dir).await.with_context(|| format!("cannot create {} on {}", dir.display(), self.host))?;
+        let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("upload");
+        let tmp = dir.join(format!(".{name}.rigrun-{}", &wrapper::new_marker()[14..22]));
+        let result = async {
+            fs.write(&tmp, data).await?;
+            fs.set_permissions(&tmp, openssh_sftp_client::metadata::Permissions::from(mode as u16)).await?;
+            fs.rename(&tmp, &target).await
+        }
+        .await;
+        if result.is_err() {
+            let _ = fs.remove_file(&tmp).await;
+        }
+        result.with_context(|| format!("cannot write {path} on {}", self.host))
+    }
+
+    /// Forwards a Unix socket in the control directory to the server's address on the host, and
+    /// returns a client bound to that socket (the URL, and so the Host header, stay unchanged).
+    pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
+        let parsed = reqwest::Url::parse(url).with_context(|| format!("`{url}` is not a URL"))?;
+        let host = parsed.host_str().context("the URL has no host")?.to_string();
+        let port = parsed.port_or_known_default().context("the URL has no port")?;
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let socket_path = self.master.dir.join(format!("f{n}"));
+        let session = self.session().await?;
+        session
+            .request_port_forward(
+                ForwardType::Local,
+                Socket::UnixSocket { path: socket_path.clone().into() },
+                Socket::TcpSocket { host: host.clone().into(), port },
+            )
+            .await
+            .with_context(|| format!("cannot forward to {host}:{port} on {} through SSH", self.host))?;
+        let client = super::http_client(reqwest::Client::builder().unix_socket(socket_path))?;
+        Ok(HttpEndpoint { client, base_url: url.to_string() })
+    }
+
+    pub async fn close(&self) {
+        if let Some(sftp) = self.sftp.lock().await.take() {
+            if let Ok(sftp) = Arc::try_unwrap(sftp) {
+                let _ = sftp.close().await;
+            }
+        }
+        let _ = tokio::process::Command::new("ssh")
+            .args(["-S", &self.master.control.to_string_lossy(), "-O", "exit", "rigrun-master"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+}
+
+/// SFTP resolves relative paths against the login directory, which is what `~/` means.
+fn sftp_path(path: &str) -> PathBuf {
+    PathBuf::from(path.strip_prefix("~/").unwrap_or(path))
+}
+
+async fn create_dirs(fs: &mut openssh_sftp_client::fs::Fs, dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        if fs.metadata(ancestor).await.is_ok() {
+            break;
+        }
+        missing.push(ancestor.to_path_buf());
+    }
+    for d in missing.into_iter().rev() {
+        fs.create_dir(&d).await?;
+    }
+    Ok(())
+}
+
+impl MasterSpec {
+    fn new(host: &str, spec: &HostSpec, policy: KnownHostsPolicy, dir: &Path) -> MasterSpec {
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let control = dir.join(format!("m{n}"));
+        let log = dir.join(format!("m{n}.log"));
+        let checking = match policy {
+            KnownHostsPolicy::Strict => "yes",
+            KnownHostsPolicy::AcceptNew => "accept-new",
+        };
+        let mut args: Vec<String> = vec![
+            "-M".into(),
+            "-S".into(),
+            control.display().to_string(),
+            "-f".into(),
+            "-N".into(),
+            "-E".into(),
+            log.display().to_string(),
+            "-o".into(),
+            format!("StrictHostKeyChecking={checking}"),
+        ];
+        // The user's options come before our defaults: for ssh, the first value given wins.
+        for (key, value) in &spec.ssh_options {
+            args.extend(["-o".into(), format!("{key}={value}")]);
+        }
+        for default in [
+            format!("ControlPersist={CONTROL_PERSIST_SECS}"),
+            "BatchMode=yes".into(),
+            "ServerAliveInterval=15".into(),
+            "ServerAliveCountMax=4".into(),
+            "ConnectTimeout=15".into(),
+        ] {
+            args.extend(["-o".into(), default]);
+        }
+        if let Some(user) = &spec.user {
+            args.extend(["-l".into(), user.clone()]);
+        }
+        if let Some(port) = spec.port {
+            args.extend(["-p".into(), port.to_string()]);
+        }
+        if let Some(key) = &spec.identity_file {
+            args.extend(["-i".into(), expand_home(key)]);
+        }
+        let address = spec.address_or(host).to_string();
+        let describe = format!(
+            "{}{}{}",
+            spec.user.as_ref().map(|u| format!("{u}@")).unwrap_or_default(),
+            address,
+            spec.port.map(|p| format!(":{p}")).unwrap_or_default()
+        );
+        args.extend(["--".into(), address]);
+        MasterSpec { args, control, log, dir: dir.to_path_buf(), describe }
+    }
+
+    /// Starts the master and attaches to it, or explains why it could not connect.
+    async fn start(&self) -> Result<Session> {
+        let _ = std::fs::remove_file(&self.control);
+        let _ = std::fs::remove_file(&self.log);
+        let status = tokio::time::timeout(
+            CONNECT_DEADLINE,
+            tokio::process::Command::new("ssh")
+                .args(&self.args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status(),
+        )
+        .await;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        match status {
+            Err(_) => bail!("no answer from {} within {}s", self.describe, CONNECT_DEADLINE.as_secs()),
+            Ok(Err(e)) => bail!("cannot run ssh ({e}); is the OpenSSH client installed?"),
+            Ok(Ok(s)) if !s.success() => bail!("{}", explain_ssh_failure(&self.describe, &log)),
+            Ok(Ok(_)) => {}
+        }
+        let session = Session::resume_mux(self.control.clone().into(), Some(self.log.clone().into()));
+        session
+            .check()
+            .await
+            .map_err(|e| anyhow!("connected to {} but cannot use the connection: {e}", self.describe))?;
+        Ok(session)
+    }
+}
+
+fn expand_home(path: &str) -> String {
+    match (path.strip_prefix("~/"), std::env::var("HOME")) {
+        (Some(rest), Ok(home)) => format!("{home}/{rest}"),
+        _ => path.to_string(),
+    }
+}
+
+/// Turns ssh's own words into one sentence that says what went wrong and what to do.
+pub fn explain_ssh_failure(target: &str, log: &str) -> String {
+    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let has = |s: &str| log.contains(s);
+    if has("REMOTE HOST IDENTIFICATION HAS CHANGED") {
+        format!(
+            "host key verification failed for {target}: its key has CHANGED since it was recorded in known_hosts. \
+             If the host was reinstalled, remove the old key (ssh-keygen -R ADDRESS) and connect again; otherwise \
+             someone may be intercepting the connection"
+        )
+    } else if has("Host key verification failed") || has("No ED25519 host key is known") || has("host key is known") {
+        format!(
+            "host key verification failed for {target}: its key is not in known_hosts. Check the key, then add it \
+             (ssh-keyscan -p PORT ADDRESS >> ~/.ssh/known_hosts), or set `known_hosts: accept-new` in the inventory \
+             to record keys seen for the first time"
+        )
+    } else if has("Permission denied") {
+        format!(
+            "authentication refused by {target} ({last}): check `user:` and `identity_file:` in the inventory, \
+             or load the key into ssh-agent; rigrun never prompts for passwords"
+        )
+    } else if has("Connection refused") {
+        format!("connection refused by {target}: nothing listens on that port; is sshd running?")
+    } else if has("Could not resolve hostname") || has("Name or service not known") {
+        format!("cannot resolve the address of {target}: check `address:` in the inventory or ~/.ssh/config")
+    } else if has("timed out") {
+        format!("connection to {target} timed out: the host is down or a firewall drops the traffic")
+    } else if last.is_empty() {
+        format!("ssh could not connect to {target} (it said nothing)")
+    } else {
+        format!("ssh could not connect to {target}: {last}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explains_the_common_failures() {
+        let t = "root@gpu:22";
+        assert!(explain_ssh_failure(t, "Host key verification failed.\r\n").contains("accept-new"));
+        assert!(explain_ssh_failure(t, "@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @\nHost key verification failed.")
+            .contains("CHANGED"));
+        assert!(explain_ssh_failure(t, "root@gpu: Permission denied (publickey).").contains("identity_file"));
+        assert!(explain_ssh_failure(t, "ssh: connect to host gpu port 22: Connection refused").contains("sshd"));
+        assert!(explain_ssh_failure(t, "odd\n").ends_with("odd"));
+    }
+
+    #[test]
+    fn sftp_paths_drop_the_home_prefix() {
+        assert_eq!(sftp_path("~/.rigrun/x.py"), PathBuf::from(".rigrun/x.py"));
+        assert_eq!(sftp_path("/abs/x"), PathBuf::from("/abs/x"));
+    }
+}
