@@ -77,6 +77,9 @@ pub struct Point {
     pub values: IndexMap<String, Json>,
     pub command: String,
     pub skip: Option<String>,
+    /// Set when `skip_if` can only be decided while running (plan output only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
 }
 
 impl Point {
@@ -241,12 +244,16 @@ impl Renderer<'_> {
         for values in cartesian(&s.matrix) {
             let mut vars = self.vars.clone();
             vars.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
-            let skip = match &s.skip_if {
-                Some(expr) => self.skip_reason(expr, &vars)?,
-                None => None,
+            let (skip, pending) = match &s.skip_if {
+                None => (None, None),
+                Some(expr) => match self.skip_reason(expr, &vars) {
+                    Ok(skip) => (skip, None),
+                    Err(RenderError::Deferred(var)) => (None, Some(format!("skip_if uses `{var}`"))),
+                    Err(e) => return Err(e),
+                },
             };
             let command = self.text(&s.command, Quoting::Shell, &vars)?;
-            points.push(Point { values, command, skip });
+            points.push(Point { values, command, skip, pending });
         }
         Ok(points)
     }
@@ -363,9 +370,12 @@ fn describe_step(out: &mut String, step: &PlannedStep) {
         Action::RunSweep { points, .. } => {
             let _ = writeln!(out, "{head}: {} points", points.len());
             for p in points {
-                let _ = match &p.skip {
-                    Some(why) => writeln!(out, "       {}  SKIP: {why}", p.label()),
-                    None => writeln!(out, "       {}  $ {}", p.label(), p.command),
+                let _ = match (&p.skip, &p.pending) {
+                    (Some(why), _) => writeln!(out, "       {}  SKIP: {why}", p.label()),
+                    (None, Some(why)) => {
+                        writeln!(out, "       {}  $ {}  (skipped or not: decided at run time, {why})", p.label(), p.command)
+                    }
+                    (None, None) => writeln!(out, "       {}  $ {}", p.label(), p.command),
                 };
             }
             Ok(())

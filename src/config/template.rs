@@ -12,8 +12,12 @@ use minijinja::{Environment, UndefinedBehavior};
 
 use super::playbook::Quoting;
 
-/// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters.
+/// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters. A
+/// leading `~/` stays outside the quotes so that the shell still expands it to the home folder.
 pub fn shell_quote(text: &str) -> String {
+    if let Some(rest) = text.strip_prefix("~/") {
+        return format!("~/{}", if rest.is_empty() { String::new() } else { shell_quote(rest) });
+    }
     let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
     if !text.is_empty() && text.chars().all(safe) {
         return text.to_string();
@@ -180,6 +184,9 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("$(touch /tmp/x); y"), "'$(touch /tmp/x); y'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("~/.rigrun"), "~/.rigrun");
+        assert_eq!(shell_quote("~/my dir"), "~/'my dir'");
+        assert_eq!(shell_quote("~root"), "'~root'");
     }
 
     #[test]

@@ -33,13 +33,16 @@ pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<(T, String), Config
 pub fn parse_str<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
     serde_saphyr::from_str_with_options(text, options()).map_err(|err| {
         let location = err.location();
-        let message = suggest_step_kind(&err.without_snippet().to_string());
-        let snippet = err.to_string();
+        let message = explain_budget(suggest_step_kind(&strip_location_suffix(&err.without_snippet().to_string())));
+        let name = path.display().to_string();
+        let rendered = err.render_with_options(serde_saphyr::render_options! { source_name: Some(name.as_str()) });
+        // The first line repeats the message; we print our own `file:line:col: message` first.
+        let snippet = rendered.split_once('\n').map(|(_, rest)| rest.to_string()).unwrap_or_default();
         ConfigError {
             file: path.display().to_string(),
             line: location.as_ref().map(Location::line).unwrap_or(0),
             column: location.as_ref().map(Location::column).unwrap_or(0),
-            message: strip_location_suffix(&message),
+            message,
             snippet: Some(snippet),
         }
     })
@@ -73,8 +76,35 @@ fn suggest_step_kind(message: &str) -> String {
 
 /// serde-saphyr appends " at line X column Y"; we print the location ourselves, first.
 fn strip_location_suffix(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_string(),
-        None => message.to_string(),
+    if let Some(i) = message.rfind(" at line ") {
+        let tail = &message[i + " at line ".len()..];
+        let mut words = tail.split_whitespace();
+        let shape = (words.next(), words.next(), words.next(), words.next());
+        if let (Some(line), Some("column"), Some(col), None) = shape {
+            if line.parse::<u64>().is_ok() && col.parse::<u64>().is_ok() {
+                return message[..i].to_string();
+            }
+        }
+    }
+    message.to_string()
+}
+
+/// Budget breaches get a sentence saying what they mean for a playbook.
+fn explain_budget(message: String) -> String {
+    if message.starts_with("budget breached") {
+        format!("{message}: the YAML expands beyond what a playbook or inventory needs (aliases, nesting or size), so rigrun refuses it")
+    } else {
+        message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_only_a_trailing_location() {
+        assert_eq!(strip_location_suffix("bad value at line 3 column 5"), "bad value");
+        assert_eq!(strip_location_suffix("x at line 3, column 12 (used"), "x at line 3, column 12 (used");
     }
 }

@@ -1,0 +1,259 @@
+//! Test harness: real OpenSSH servers on loopback (own host key, own authorized key, known_hosts
+//! in a temp dir), network namespaces for hosts that need their own loopback, and helpers to run
+//! the real rigrun binary. A test that needs sshd fails loudly when it is missing.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+/// Runs a command and panics with its output when it fails.
+pub fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rigrun binary under test.
+pub fn rigrun() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rigrun"));
+    cmd.env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd
+}
+
+/// Runs rigrun with `args` in `dir`.
+pub fn run_rigrun(dir: &Path, args: &[&str]) -> Output {
+    rigrun().current_dir(dir).args(args).output().expect("cannot run rigrun")
+}
+
+pub fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A client key pair for the tests' logins.
+pub struct ClientKey {
+    pub private: PathBuf,
+    pub public: String,
+}
+
+impl ClientKey {
+    pub fn new(dir: &Path) -> ClientKey {
+        let private = dir.join("client_key");
+        sh("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-C", "rigrun-test", "-f", private.to_str().unwrap()]);
+        let public = std::fs::read_to_string(private.with_extension("pub")).unwrap();
+        ClientKey { private, public }
+    }
+}
+
+/// A real sshd, on 127.0.0.1 or inside a network namespace.
+pub struct Sshd {
+    pub address: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub host_key_public: String,
+    child: Child,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Sshd {
+    /// Starts sshd on a free loopback port, accepting `key`.
+    pub fn start(dir: &Path, name: &str, key: &ClientKey) -> Sshd {
+        Sshd::start_at(dir, name, key, "127.0.0.1", free_port(), None)
+    }
+
+    /// Starts sshd inside `netns`, listening on its address.
+    pub fn start_in(dir: &Path, name: &str, key: &ClientKey, netns: &Netns) -> Sshd {
+        Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name))
+    }
+
+    fn start_at(dir: &Path, name: &str, key: &ClientKey, address: &str, port: u16, netns: Option<&str>) -> Sshd {
+        assert!(
+            Path::new(SSHD).exists(),
+            "{SSHD} is missing: install openssh-server (apt-get install -y openssh-server); .ci/run does"
+        );
+        let dir = dir.join(format!("sshd-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let host_key = dir.join("host_key");
+        sh("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", host_key.to_str().unwrap()]);
+        let authorized = dir.join("authorized_keys");
+        std::fs::write(&authorized, &key.public).unwrap();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress {address}\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\n\
+                 StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n\
+                 AllowTcpForwarding yes\nLogLevel ERROR\nMaxStartups 100\n",
+                host_key.display(),
+                dir.join("sshd.pid").display(),
+                authorized.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, SSHD]);
+                c
+            }
+            None => Command::new(SSHD),
+        };
+        let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
+        let child = cmd
+            .args(["-D", "-e", "-f", config.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start sshd");
+        let host_key_public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
+        let mut sshd = Sshd { address: address.to_string(), port, dir, host_key_public, child };
+        sshd.wait_listening();
+        sshd
+    }
+
+    fn wait_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default();
+                panic!("sshd exited ({status}) before listening: {log}");
+            }
+            if TcpStream::connect((self.address.as_str(), self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("sshd did not listen on {}:{} within 15 s", self.address, self.port);
+    }
+
+    /// The known_hosts line for this server.
+    pub fn known_hosts_line(&self) -> String {
+        let key: Vec<&str> = self.host_key_public.split_whitespace().take(2).collect();
+        format!("[{}]:{} {}\n", self.address, self.port, key.join(" "))
+    }
+
+    /// An inventory entry (YAML, indented for `hosts:`) that reaches this server.
+    pub fn inventory_entry(&self, name: &str, key: &ClientKey, known_hosts: &Path, workdir: &Path, extra: &str) -> String {
+        format!(
+            "  {name}:\n    address: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    workdir: {}\n\
+             \x20   ssh_options: {{UserKnownHostsFile: {}, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: \"yes\"}}\n{extra}",
+            self.address,
+            self.port,
+            whoami(),
+            key.private.display(),
+            workdir.display(),
+            known_hosts.display()
+        )
+    }
+
+    /// Stops the server (for tests of a host going down).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn whoami() -> String {
+    sh("id", &["-un"]).trim().to_string()
+}
+
+static NEXT_NS: AtomicUsize = AtomicUsize::new(0);
+
+/// A network namespace with its own loopback, reachable from here through a veth pair.
+pub struct Netns {
+    pub name: String,
+    pub host_ip: String,
+    pub ns_ip: String,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let n = NEXT_NS.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id() % 10000;
+        let name = format!("rr{pid}n{n}");
+        let (outer, inner) = (format!("rr{pid}h{n}"), format!("rr{pid}p{n}"));
+        let subnet = format!("10.{}.{}", 200 + (pid % 50), n * 4);
+        let (host_ip, ns_ip) = (format!("{subnet}.1"), format!("{subnet}.2"));
+        sh("ip", &["netns", "add", &name]);
+        let netns = Netns { name: name.clone(), host_ip: host_ip.clone(), ns_ip: ns_ip.clone() };
+        sh("ip", &["link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        sh("ip", &["link", "set", &inner, "netns", &name]);
+        sh("ip", &["addr", "add", &format!("{host_ip}/30"), "dev", &outer]);
+        sh("ip", &["link", "set", &outer, "up"]);
+        let in_ns = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &name];
+            all.extend_from_slice(args);
+            sh("ip", &all);
+        };
+        in_ns(&["ip", "addr", "add", &format!("{ns_ip}/30"), "dev", &inner]);
+        in_ns(&["ip", "link", "set", &inner, "up"]);
+        in_ns(&["ip", "link", "set", "lo", "up"]);
+        netns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.name]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// Waits (at most 10 s) until process `pid` has exited; true when it did.
+pub fn wait_until_gone(pid: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The single run directory under `runs`.
+pub fn only_run_dir(runs: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(runs).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(dirs.len(), 1, "expected one run directory, found {dirs:?}");
+    dirs.into_iter().next().unwrap()
+}
+
+/// The records of a run directory as JSON values.
+pub fn records(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn manifest(run_dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
+}

@@ -1,0 +1,303 @@
+//! End-to-end runs of the real binary against real sshd servers on loopback.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+/// A temp dir with a client key, a known_hosts file and helpers to write files into it.
+struct Env {
+    tmp: tempfile::TempDir,
+    key: ClientKey,
+    known_hosts: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = ClientKey::new(tmp.path());
+        let known_hosts = tmp.path().join("known_hosts");
+        std::fs::write(&known_hosts, "").unwrap();
+        Env { tmp, key, known_hosts }
+    }
+
+    fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// Starts an sshd whose key is recorded in known_hosts.
+    fn host(&self, name: &str) -> Sshd {
+        let sshd = Sshd::start(self.path(), name, &self.key);
+        let mut known = std::fs::read_to_string(&self.known_hosts).unwrap();
+        known.push_str(&sshd.known_hosts_line());
+        std::fs::write(&self.known_hosts, known).unwrap();
+        sshd
+    }
+
+    fn entry(&self, name: &str, sshd: &Sshd) -> String {
+        sshd.inventory_entry(name, &self.key, &self.known_hosts, &self.path().join(format!("work-{name}")), "")
+    }
+
+    fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    fn inventory(&self, entries: &[String], extra: &str) -> PathBuf {
+        self.write("hosts.yaml", &format!("hosts:\n{}{extra}", entries.concat()))
+    }
+
+    fn run(&self, playbook: &str, more: &[&str]) -> (std::process::Output, PathBuf) {
+        let runs = self.path().join("runs");
+        let mut args = vec!["run", playbook, "-i", "hosts.yaml", "--runs-dir", runs.to_str().unwrap()];
+        args.extend_from_slice(more);
+        (run_rigrun(self.path(), &args), runs)
+    }
+}
+
+/// A stand-in benchmark: prints one JSON result line and writes it to a result file.
+const BENCH_SCRIPT: &str = r#"#!/bin/sh
+c=$1; out=$2
+echo "warming up c=$c"
+echo "some log on stderr" >&2
+mkdir -p "$out"
+line="{\"output_throughput\": $((c * 100)), \"max_concurrency\": $c, \"completed\": $((c * 5))}"
+echo "$line"
+echo "$line" > "$out/throughput_c$c.json"
+"#;
+
+const SWEEP_PLAYBOOK: &str = r#"
+name: sweep
+vars: {capacity: 8}
+steps:
+  - shell:
+      command: uname -s
+  - copy-script:
+      src: bench.sh
+      dest: "{{ workdir }}/bench.sh"
+      mode: "0755"
+  - run-sweep:
+      matrix: {concurrency: [1, 4, 16]}
+      skip_if: "concurrency > capacity"
+      command: "{{ workdir }}/bench.sh {{ concurrency }} {{ workdir }}/results/{{ run_id }}"
+  - fetch-results:
+      src: "{{ workdir }}/results/{{ run_id }}/*.json"
+"#;
+
+fn step_details(manifest: &Value, host: &str, kind: &str) -> Value {
+    let steps = manifest["hosts"][host]["steps"].as_array().unwrap();
+    steps.iter().find(|s| s["kind"] == kind).unwrap_or_else(|| panic!("no {kind} step"))["details"].clone()
+}
+
+#[test]
+fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    env.write("bench.sh", BENCH_SCRIPT);
+    env.write("sweep.yaml", SWEEP_PLAYBOOK);
+
+    let (out, runs) = env.run("sweep.yaml", &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "rigrun failed:\n{stdout}\n{stderr}");
+    let run_dir = only_run_dir(&runs);
+
+    let recs = records(&run_dir);
+    let sweep: Vec<&Value> = recs.iter().filter(|r| r["step"] == "run-sweep").collect();
+    assert_eq!(sweep.len(), 3, "{recs:#?}");
+    assert_eq!(sweep[0]["status"], "ok");
+    assert_eq!(sweep[0]["point"]["concurrency"], 1);
+    assert_eq!(sweep[0]["metrics"]["output_throughput"], 100);
+    assert_eq!(sweep[1]["metrics"]["output_throughput"], 400);
+    assert_eq!(sweep[2]["status"], "skipped");
+    assert_eq!(sweep[2]["reason"], "concurrency = 16 > capacity = 8");
+    let fetched: Vec<&Value> = recs.iter().filter(|r| r["step"] == "fetch-results").collect();
+    assert_eq!(fetched.len(), 2, "one record per fetched result file");
+
+    // Files and logs land in the run directory.
+    let host_dir = run_dir.join("hosts/a");
+    assert!(host_dir.join("fetched/throughput_c4.json").is_file());
+    let point_log = std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stdout.log")).unwrap();
+    assert!(point_log.contains("warming up c=4"));
+    let err_log = std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stderr.log")).unwrap();
+    assert!(err_log.contains("some log on stderr"));
+    let shell_log = std::fs::read_to_string(host_dir.join("01-shell/output.stdout.log")).unwrap();
+    assert_eq!(shell_log.trim(), "Linux");
+
+    // The manifest keeps the context.
+    let manifest = manifest(&run_dir);
+    assert_eq!(manifest["status"], "ok");
+    assert_eq!(manifest["hosts"]["a"]["status"], "ok");
+    assert!(manifest["hosts"]["a"]["facts"]["kernel"].as_str().unwrap().starts_with("Linux"));
+    let copy = step_details(&manifest, "a", "copy-script");
+    assert_eq!(copy["uploaded"], true);
+    assert_eq!(copy["sha256"].as_str().unwrap().len(), 64);
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    assert!(events.lines().count() > 10);
+
+    // The closing table shows the host's column.
+    assert!(stdout.contains("concurrency=4") && stdout.contains("400"), "{stdout}");
+    assert!(stdout.contains("skipped: concurrency = 16 > capacity = 8"), "{stdout}");
+
+    // A second run finds the script unchanged and does not upload it again.
+    let (out, runs) = env.run("sweep.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let copy = step_details(&common::manifest(&newest), "a", "copy-script");
+    assert_eq!(copy["uploaded"], false);
+}
+
+#[test]
+fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    env.write("bench.sh", BENCH_SCRIPT);
+    env.write(
+        "copy.yaml",
+        "name: copy\nsteps:\n  - copy-script: {src: bench.sh, dest: \"{{ workdir }}/bench.sh\"}\n",
+    );
+    let (out, runs) = env.run("copy.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    // Someone edits the script on the host.
+    let remote = env.path().join("work-a/bench.sh");
+    let edited = BENCH_SCRIPT.replace("warming up", "EDITED ON HOST");
+    std::fs::write(&remote, &edited).unwrap();
+
+    let (out, _) = env.run("copy.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let copy = step_details(&manifest(&newest), "a", "copy-script");
+    assert_eq!(copy["uploaded"], true);
+    assert_eq!(copy["previous_sha256"].as_str().unwrap().len(), 64);
+    let diff = std::fs::read_to_string(newest.join(copy["diff"].as_str().unwrap())).unwrap();
+    assert!(diff.contains("-echo \"EDITED ON HOST c=$c\""), "{diff}");
+    assert!(diff.contains("+echo \"warming up c=$c\""), "{diff}");
+    let previous = std::fs::read_to_string(newest.join("hosts/a/01-copy-script/bench.sh.previous")).unwrap();
+    assert_eq!(previous, edited);
+    assert_eq!(std::fs::read_to_string(&remote).unwrap(), BENCH_SCRIPT);
+}
+
+#[test]
+fn a_hostile_value_reaches_the_program_as_one_literal_argument() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    let marker = env.path().join("pwned");
+    env.write("echo.yaml", "name: echo\nsteps:\n  - shell: {command: \"printf '<%s>\\\\n' {{ evil }}\"}\n");
+    let evil = format!("evil=$(touch {}); y `touch {}` 'q\"", marker.display(), marker.display());
+    let (out, runs) = env.run("echo.yaml", &["-e", &evil]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(!marker.exists(), "the substituted value was executed");
+    let log = std::fs::read_to_string(only_run_dir(&runs).join("hosts/a/01-shell/output.stdout.log")).unwrap();
+    let expected = format!("<$(touch {}); y `touch {}` 'q\">", marker.display(), marker.display());
+    assert_eq!(log.trim(), expected);
+}
+
+#[test]
+fn unknown_host_keys_are_refused_by_default() {
+    let env = Env::new();
+    let a = Sshd::start(env.path(), "a", &env.key); // its key is not in known_hosts
+    env.inventory(&[env.entry("a", &a)], "");
+    env.write("echo.yaml", "name: echo\nsteps:\n  - shell: {command: echo hi}\n");
+    let (out, _) = env.run("echo.yaml", &[]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("host key verification failed"), "{stderr}");
+    assert!(stderr.contains("accept-new"), "{stderr}");
+
+    // With accept-new the key is recorded on first contact.
+    env.inventory(&[env.entry("a", &a)], "known_hosts: accept-new\n");
+    let (out, _) = env.run("echo.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let known = std::fs::read_to_string(&env.known_hosts).unwrap();
+    assert!(known.contains(a.host_key_public.split_whitespace().nth(1).unwrap()));
+}
+
+#[test]
+fn a_changed_host_key_is_refused_even_with_accept_new() {
+    let env = Env::new();
+    let a = Sshd::start(env.path(), "a", &env.key);
+    let impostor = Sshd::start(env.path(), "impostor", &env.key);
+    // known_hosts holds another server's key for a's address.
+    let line = impostor.known_hosts_line().replace(&format!("]:{} ", impostor.port), &format!("]:{} ", a.port));
+    assert!(line.contains(&format!("]:{} ", a.port)));
+    std::fs::write(&env.known_hosts, line).unwrap();
+    env.inventory(&[env.entry("a", &a)], "known_hosts: accept-new\n");
+    env.write("echo.yaml", "name: echo\nsteps:\n  - shell: {command: echo hi}\n");
+    let (out, _) = env.run("echo.yaml", &[]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("CHANGED"), "{stderr}");
+}
+
+#[test]
+fn a_dead_host_stops_only_itself() {
+    let env = Env::new();
+    let a = env.host("alive");
+    let mut b = env.host("dead");
+    env.inventory(&[env.entry("alive", &a), env.entry("dead", &b)], "");
+    env.write("bench.sh", BENCH_SCRIPT);
+    env.write("sweep.yaml", SWEEP_PLAYBOOK);
+    b.stop();
+    let (out, runs) = env.run("sweep.yaml", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("dead: failed at connect: connection refused"), "{stderr}");
+    let run_dir = only_run_dir(&runs);
+    let recs = records(&run_dir);
+    assert!(recs.iter().any(|r| r["host"] == "alive" && r["metrics"]["output_throughput"] == 400));
+    let manifest = manifest(&run_dir);
+    assert_eq!(manifest["hosts"]["alive"]["status"], "ok");
+    assert_eq!(manifest["hosts"]["dead"]["status"], "failed");
+    assert_eq!(manifest["status"], "failed");
+}
+
+#[test]
+fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    let pid_file = env.path().join("sleep.pid");
+    env.write(
+        "slow.yaml",
+        &format!(
+            "name: slow\nsteps:\n  - run-sweep:\n      matrix: {{n: [1, 2]}}\n      timeout: 2s\n      \
+             command: \"if [ {{{{ n }}}} = 1 ]; then sleep 300 & echo $! > {}; wait; else echo '{{\\\"x\\\": 1}}'; fi\"\n",
+            pid_file.display()
+        ),
+    );
+    let (out, runs) = env.run("slow.yaml", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let recs = records(&only_run_dir(&runs));
+    let failed = recs.iter().find(|r| r["status"] == "failed").expect("a failed record");
+    assert_eq!(failed["point"]["n"], 1);
+    assert!(failed["reason"].as_str().unwrap().starts_with("timed out after 2s"), "{failed}");
+    // The sweep went on to the next point.
+    assert!(recs.iter().any(|r| r["point"]["n"] == 2 && r["metrics"]["x"] == 1));
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    assert!(wait_until_gone(&pid), "the remote sleep {pid} is still running");
+}
+
+#[test]
+fn a_server_that_never_answers_fails_verify_with_the_last_error() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    env.write(
+        "verify.yaml",
+        &format!("name: v\nsteps:\n  - verify-server: {{url: \"http://127.0.0.1:{port}\", wait: 1s}}\n  - shell: {{command: echo never}}\n"),
+    );
+    let (out, runs) = env.run("verify.yaml", &[]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("did not answer within 1s; last error:"), "{stderr}");
+    let manifest = manifest(&only_run_dir(&runs));
+    let steps = manifest["hosts"]["a"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "the host stops at the failed step");
+}
