@@ -8,8 +8,8 @@ use anyhow::Result;
 
 use crate::cli::{CompareArgs, ConfigArgs, RunArgs, ShowArgs};
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
-use crate::executor::{self, RunOptions};
 use crate::events::Status;
+use crate::executor::{self, RunOptions};
 use crate::plan;
 use crate::progress::Progress;
 use crate::report::{self, CompareOptions, Format, Run};
@@ -44,7 +44,10 @@ fn load(args: &ConfigArgs) -> Result<Config> {
 
 /// Built-ins as `check` and `plan` show them: values only a run knows are named, not invented.
 fn offline_builtins() -> Builtins {
-    Builtins { run_id: "RUN_ID".into(), rigrun: "rigrun".into() }
+    Builtins {
+        run_id: "RUN_ID".into(),
+        rigrun: "rigrun".into(),
+    }
 }
 
 pub fn check(args: &ConfigArgs) -> Result<ExitCode> {
@@ -83,10 +86,19 @@ pub async fn run(args: &RunArgs) -> Result<ExitCode> {
     plan::build(&config, &offline_builtins())?;
     let config = Arc::new(config);
     let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet);
-    let opts = RunOptions { runs_dir: args.runs_dir.clone(), forks: args.forks };
+    let opts = RunOptions {
+        runs_dir: args.runs_dir.clone(),
+        forks: args.forks,
+    };
     let outcome = executor::run(config, opts, progress).await?;
     let run = Run::open(&outcome.run_dir)?;
-    let grids = report::compare(&[run], &CompareOptions { metric: args.metric.as_deref(), baseline: None })?;
+    let grids = report::compare(
+        &[run],
+        &CompareOptions {
+            metric: args.metric.as_deref(),
+            baseline: None,
+        },
+    )?;
     let header = report::host_header(&[&Run::open(&outcome.run_dir)?.manifest]);
     print!("{}", report::render(&grids, Format::Table, &header));
     for line in &outcome.failures {
@@ -98,7 +110,11 @@ pub async fn run(args: &RunArgs) -> Result<ExitCode> {
         _ => "some hosts or steps failed",
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
-    Ok(ExitCode::from(if outcome.status == Status::Ok { OK } else { FAILED }))
+    Ok(ExitCode::from(if outcome.status == Status::Ok {
+        OK
+    } else {
+        FAILED
+    }))
 }
 
 fn open_run(dir: &std::path::Path) -> Result<Run> {
@@ -114,10 +130,20 @@ pub fn show(args: &ShowArgs) -> Result<ExitCode> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    let runs = args.run_dirs.iter().map(|d| open_run(d)).collect::<Result<Vec<_>>>()?;
-    let opts = CompareOptions { metric: args.metric.as_deref(), baseline: args.baseline.as_deref() };
+    let runs = args
+        .run_dirs
+        .iter()
+        .map(|d| open_run(d))
+        .collect::<Result<Vec<_>>>()?;
+    let opts = CompareOptions {
+        metric: args.metric.as_deref(),
+        baseline: args.baseline.as_deref(),
+    };
     let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
     let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
-    print!("{}", report::render(&grids, args.format, &report::host_header(&manifests)));
+    print!(
+        "{}",
+        report::render(&grids, args.format, &report::host_header(&manifests))
+    );
     Ok(ExitCode::from(OK))
 }

@@ -53,9 +53,15 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         progress.finish();
         Ok(run_dir)
     });
-    let _ = tx.send(Event::RunStarted { run_id: run_id.clone(), hosts: config.hosts.clone() });
+    let _ = tx.send(Event::RunStarted {
+        run_id: run_id.clone(),
+        hosts: config.hosts.clone(),
+    });
 
-    let control_dir = tempfile::Builder::new().prefix("rigrun-").tempdir_in("/tmp").context("cannot create a control directory in /tmp")?;
+    let control_dir = tempfile::Builder::new()
+        .prefix("rigrun-")
+        .tempdir_in("/tmp")
+        .context("cannot create a control directory in /tmp")?;
     let open: OpenTransports = Arc::default();
     let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -91,7 +97,10 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         tasks.shutdown().await;
         let _ = tx.send(Event::Interrupted);
     }
-    let transports: Vec<_> = open.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+    let transports: Vec<_> = open
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
     for transport in transports {
         transport.close().await;
     }
@@ -102,7 +111,9 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     };
     let _ = tx.send(Event::RunFinished { status });
     drop(tx);
-    let run_dir = store.join().map_err(|_| anyhow::anyhow!("the run store stopped unexpectedly"))??;
+    let run_dir = store
+        .join()
+        .map_err(|_| anyhow::anyhow!("the run store stopped unexpectedly"))??;
     let failures = run_dir
         .manifest
         .hosts
@@ -110,7 +121,11 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         .filter(|(_, h)| h.status != Some(Status::Ok))
         .map(|(name, h)| summary_line(name, h))
         .collect();
-    Ok(RunOutcome { run_dir: run_path, status, failures })
+    Ok(RunOutcome {
+        run_dir: run_path,
+        status,
+        failures,
+    })
 }
 
 fn summary_line(name: &str, host: &crate::store::HostEntry) -> String {
@@ -145,7 +160,9 @@ impl HostJob {
 
     /// Connects, runs the steps in order, stops the servers it started, and reports.
     async fn run(self) -> Status {
-        self.emit(Event::HostConnecting { host: self.host.clone() });
+        self.emit(Event::HostConnecting {
+            host: self.host.clone(),
+        });
         let result = self.connect_and_run().await;
         let (status, stop) = match result {
             Ok(None) => (Status::Ok, None),
@@ -163,7 +180,12 @@ impl HostJob {
     async fn connect_and_run(&self) -> Result<Option<Stop>, Stop> {
         let config = &self.config;
         let spec = config.host(&self.host);
-        let fail = |step: &'static str| move |e: anyhow::Error| Stop { step: step.to_string(), error: format!("{e:#}") };
+        let fail = |step: &'static str| {
+            move |e: anyhow::Error| Stop {
+                step: step.to_string(),
+                error: format!("{e:#}"),
+            }
+        };
         let transport = Transport::connect(&self.host, spec, config.inventory.known_hosts, &self.control_dir)
             .await
             .map_err(fail("connect"))?;
@@ -172,7 +194,10 @@ impl HostJob {
             open.push(transport.clone());
         }
         let facts = crate::facts::gather(&transport).await.map_err(fail("connect"))?;
-        self.emit(Event::HostConnected { host: self.host.clone(), facts: facts.clone() });
+        self.emit(Event::HostConnected {
+            host: self.host.clone(),
+            facts: facts.clone(),
+        });
         let home = facts["home"].as_str().unwrap_or_default().to_string();
         let mut ctx = HostCtx {
             host: self.host.clone(),
@@ -185,8 +210,14 @@ impl HostJob {
             servers: Vec::new(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
-        let rigrun = self.rigrun_path(&ctx, &facts).await.map_err(fail("upload rigrun"))?;
-        let builtins = Builtins { run_id: self.run_id.clone(), rigrun };
+        let rigrun = self
+            .rigrun_path(&ctx, &facts)
+            .await
+            .map_err(fail("upload rigrun"))?;
+        let builtins = Builtins {
+            run_id: self.run_id.clone(),
+            rigrun,
+        };
         let vars = config.host_vars(&self.host, &ctx.workdir, &builtins);
         let stop = self.run_steps(&mut ctx, vars).await;
         for server in ctx.servers.drain(..) {
@@ -222,7 +253,10 @@ impl HostJob {
             });
             vars.extend(outcome.provides);
             if outcome.status == Status::Failed && first_failure.is_none() {
-                first_failure = Some(Stop { step: label, error: outcome.error.unwrap_or_default() });
+                first_failure = Some(Stop {
+                    step: label,
+                    error: outcome.error.unwrap_or_default(),
+                });
             }
             if outcome.stop_host {
                 break;
@@ -254,7 +288,10 @@ impl HostJob {
         steps::upload_if_changed(ctx, &data, &dest, 0o755, None).await?;
         let check = format!("{} --version", template::shell_quote(&dest));
         ctx.transport.output(&check).await.with_context(|| {
-            format!("the uploaded rigrun does not run on {} (an older glibc than this build needs?)", self.host)
+            format!(
+                "the uploaded rigrun does not run on {} (an older glibc than this build needs?)",
+                self.host
+            )
         })?;
         Ok(dest)
     }

@@ -38,7 +38,9 @@ pub fn parse(out: &str) -> Json {
     let mut facts = Map::new();
     let mut gpus = Vec::new();
     for line in out.lines() {
-        let Some((key, value)) = line.split_once('\t') else { continue };
+        let Some((key, value)) = line.split_once('\t') else {
+            continue;
+        };
         let value = value.trim();
         match key {
             "gpu" => gpus.push(Json::from(value)),

@@ -130,7 +130,10 @@ pub fn build(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigErrors>
             }
             later.extend(step.provides());
         }
-        hosts.push(HostPlan { host: host.clone(), steps });
+        hosts.push(HostPlan {
+            host: host.clone(),
+            steps,
+        });
     }
     errors.dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
     if errors.is_empty() {
@@ -149,7 +152,11 @@ pub fn plan_step(
     vars: &HostVars,
     runtime: &HashSet<&str>,
 ) -> Result<PlannedStep, ConfigError> {
-    let r = Renderer { config, vars, runtime };
+    let r = Renderer {
+        config,
+        vars,
+        runtime,
+    };
     let action = match r.action(step) {
         Ok(action) => action,
         Err(RenderError::Deferred(var)) => Action::Deferred {
@@ -182,7 +189,11 @@ impl Renderer<'_> {
         Ok(match step {
             Step::VerifyServer(s) => Action::VerifyServer {
                 url: self.text(&s.url, Quoting::Plain, self.vars)?,
-                model: s.model.as_ref().map(|m| self.text(m, Quoting::Plain, self.vars)).transpose()?,
+                model: s
+                    .model
+                    .as_ref()
+                    .map(|m| self.text(m, Quoting::Plain, self.vars))
+                    .transpose()?,
                 wait: s.wait.map_or(DEFAULT_SERVER_WAIT, |d| d.0),
                 smoke: s.smoke,
                 api_key_env: s.api_key_env.clone(),
@@ -222,9 +233,14 @@ impl Renderer<'_> {
         }
         let mode = match &s.mode {
             None => None,
-            Some(m) => Some(u32::from_str_radix(m.value.trim_start_matches("0o"), 8).map_err(|_| {
-                self.error(m, format!("mode `{}` is not octal permission bits such as \"0755\"", m.value))
-            })?),
+            Some(m) => Some(
+                u32::from_str_radix(m.value.trim_start_matches("0o"), 8).map_err(|_| {
+                    self.error(
+                        m,
+                        format!("mode `{}` is not octal permission bits such as \"0755\"", m.value),
+                    )
+                })?,
+            ),
         };
         Ok(Action::CopyScript {
             src,
@@ -253,7 +269,12 @@ impl Renderer<'_> {
                 },
             };
             let command = self.text(&s.command, Quoting::Shell, &vars)?;
-            points.push(Point { values, command, skip, pending });
+            points.push(Point {
+                values,
+                command,
+                skip,
+                pending,
+            });
         }
         Ok(points)
     }
@@ -274,7 +295,10 @@ impl Renderer<'_> {
     }
 
     fn require_known(&self, used: &HashSet<String>, vars: &HostVars) -> Result<(), RenderError> {
-        match used.iter().find(|v| !vars.contains_key(*v) && self.runtime.contains(v.as_str())) {
+        match used
+            .iter()
+            .find(|v| !vars.contains_key(*v) && self.runtime.contains(v.as_str()))
+        {
             Some(var) => Err(RenderError::Deferred(var.clone())),
             None => Ok(()),
         }
@@ -311,7 +335,12 @@ pub fn cartesian(matrix: &IndexMap<String, serde_saphyr::Spanned<Vec<Json>>>) ->
 /// The plan as text for `rigrun plan`.
 pub fn describe(config: &Config, plan: &Plan) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "playbook {} ({})", config.playbook.name.value, config.playbook_path.display());
+    let _ = writeln!(
+        out,
+        "playbook {} ({})",
+        config.playbook.name.value,
+        config.playbook_path.display()
+    );
     for host in &plan.hosts {
         let spec = config.host(&host.host);
         let (points, skipped) = count_points(&host.steps);
@@ -359,11 +388,20 @@ fn connection_summary(name: &str, spec: &crate::config::HostSpec) -> String {
 fn describe_step(out: &mut String, step: &PlannedStep) {
     let head = format!("  {}. {}", step.index + 1, step.name);
     let _ = match &step.action {
-        Action::VerifyServer { url, model, wait, smoke, .. } => writeln!(
+        Action::VerifyServer {
+            url,
+            model,
+            wait,
+            smoke,
+            ..
+        } => writeln!(
             out,
             "{head}: GET {url}/v1/models until it answers (wait {}){}{}",
             humantime::format_duration(*wait),
-            model.as_ref().map(|m| format!(", model {m} must be listed")).unwrap_or_default(),
+            model
+                .as_ref()
+                .map(|m| format!(", model {m} must be listed"))
+                .unwrap_or_default(),
             if *smoke { ", then one short completion" } else { "" }
         ),
         Action::CopyScript { src, dest, .. } => writeln!(out, "{head}: upload {} to {dest}", src.display()),
@@ -373,7 +411,12 @@ fn describe_step(out: &mut String, step: &PlannedStep) {
                 let _ = match (&p.skip, &p.pending) {
                     (Some(why), _) => writeln!(out, "       {}  SKIP: {why}", p.label()),
                     (None, Some(why)) => {
-                        writeln!(out, "       {}  $ {}  (skipped or not: decided at run time, {why})", p.label(), p.command)
+                        writeln!(
+                            out,
+                            "       {}  $ {}  (skipped or not: decided at run time, {why})",
+                            p.label(),
+                            p.command
+                        )
                     }
                     (None, None) => writeln!(out, "       {}  $ {}", p.label(), p.command),
                 };

@@ -37,7 +37,11 @@ impl Progress {
                 .collect();
             (multi, bars)
         });
-        Progress { bars, steps, show_output }
+        Progress {
+            bars,
+            steps,
+            show_output,
+        }
     }
 
     fn line(&self, text: String) {
@@ -65,14 +69,27 @@ impl Progress {
             Event::HostConnecting { host } => self.status(host, "connecting".into()),
             Event::HostConnected { host, facts } => {
                 let arch = facts["arch"].as_str().unwrap_or("?");
-                let gpus = facts["gpu_count"].as_u64().map(|n| format!(", {n} GPU(s)")).unwrap_or_default();
+                let gpus = facts["gpu_count"]
+                    .as_u64()
+                    .map(|n| format!(", {n} GPU(s)"))
+                    .unwrap_or_default();
                 self.status(host, format!("connected ({arch}{gpus})"));
             }
-            Event::StepStarted { host, index, name, .. } => {
+            Event::StepStarted {
+                host, index, name, ..
+            } => {
                 self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
             }
             Event::PointStarted { host, step, point } => self.status(host, format!("{step} {point}")),
-            Event::PointFinished { host, step, point, status, reason, seconds, .. } => {
+            Event::PointFinished {
+                host,
+                step,
+                point,
+                status,
+                reason,
+                seconds,
+                ..
+            } => {
                 let how = match status {
                     RecordStatus::Ok => format!("ok in {seconds:.1}s"),
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
@@ -80,18 +97,37 @@ impl Progress {
                 };
                 self.line(format!("[{host}] {step} {point}: {how}"));
             }
-            Event::Output { host, label, line, .. } if self.show_output => {
+            Event::Output {
+                host, label, line, ..
+            } if self.show_output => {
                 self.line(format!("[{host} {label}] {line}"));
             }
-            Event::StepFinished { host, index, name, status, error, seconds, .. } => {
+            Event::StepFinished {
+                host,
+                index,
+                name,
+                status,
+                error,
+                seconds,
+                ..
+            } => {
                 let how = match (status, error) {
                     (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
                     (_, Some(e)) => format!("FAILED: {e}"),
                     _ => "failed".into(),
                 };
-                self.line(format!("[{host}] step {}/{} {name}: {how}", index + 1, self.steps));
+                self.line(format!(
+                    "[{host}] step {}/{} {name}: {how}",
+                    index + 1,
+                    self.steps
+                ));
             }
-            Event::HostFinished { host, status, failed_step, .. } => {
+            Event::HostFinished {
+                host,
+                status,
+                failed_step,
+                ..
+            } => {
                 let text = match (status, failed_step) {
                     (Status::Ok, _) => "done".to_string(),
                     (_, Some(step)) => format!("FAILED at {step}"),

@@ -47,11 +47,20 @@ fn assert_rejected(playbook: &str, location: &str, message: &str) {
     std::fs::write(dir.path().join("bench.py"), "print('{}')\n").unwrap();
     std::fs::write(dir.path().join("bad.yaml"), playbook).unwrap();
     for command in ["check", "run", "plan"] {
-        let out = run_rigrun(dir.path(), &[command, "bad.yaml", "--runs-dir", "runs"][..if command == "run" { 4 } else { 2 }]);
+        let out = run_rigrun(
+            dir.path(),
+            &[command, "bad.yaml", "--runs-dir", "runs"][..if command == "run" { 4 } else { 2 }],
+        );
         let (stdout, stderr) = text(&out);
         assert_eq!(out.status.code(), Some(2), "{command}: {stdout}\n{stderr}");
-        assert!(stderr.contains(&format!("bad.yaml:{location}")), "{command}: expected bad.yaml:{location} in:\n{stderr}");
-        assert!(stderr.contains(message), "{command}: expected `{message}` in:\n{stderr}");
+        assert!(
+            stderr.contains(&format!("bad.yaml:{location}")),
+            "{command}: expected bad.yaml:{location} in:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(message),
+            "{command}: expected `{message}` in:\n{stderr}"
+        );
     }
     assert_eq!(trip.hits.load(Ordering::SeqCst), 0, "a host was contacted");
     assert!(!dir.path().join("runs").exists(), "a run directory was created");
@@ -68,7 +77,11 @@ fn a_step_kind_typo_lists_the_kinds_and_suggests_the_closest() {
 
 #[test]
 fn an_unknown_field_is_named() {
-    assert_rejected("name: t\nsteps:\n  - shell:\n      comand: echo\n", "4:7", "unknown field `comand`");
+    assert_rejected(
+        "name: t\nsteps:\n  - shell:\n      comand: echo\n",
+        "4:7",
+        "unknown field `comand`",
+    );
 }
 
 #[test]
@@ -91,7 +104,11 @@ fn an_undefined_variable_names_the_hosts_it_is_missing_on() {
 
 #[test]
 fn an_unknown_host_suggests_the_closest() {
-    assert_rejected("name: t\nhosts: [gpu3]\nsteps: []\n", "2:9", "did you mean `gpu1`?");
+    assert_rejected(
+        "name: t\nhosts: [gpu3]\nsteps: []\n",
+        "2:9",
+        "did you mean `gpu1`?",
+    );
 }
 
 #[test]
@@ -150,7 +167,13 @@ fn a_bad_extra_var_is_invalid_input() {
     assert!(text(&out).1.contains("is not KEY=VALUE"));
     let out = run_rigrun(dir.path(), &["check", "ok.yaml", "-l", "nohost"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out).1.contains("`nohost` is not one of this playbook's hosts (gpu1, gpu2)"), "{:?}", text(&out));
+    assert!(
+        text(&out)
+            .1
+            .contains("`nohost` is not one of this playbook's hosts (gpu1, gpu2)"),
+        "{:?}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -164,9 +187,16 @@ fn a_valid_playbook_checks_clean() {
     .unwrap();
     let out = run_rigrun(dir.path(), &["check", "ok.yaml"]);
     assert!(out.status.success(), "{:?}", text(&out));
-    assert!(text(&out).0.contains("1 hosts, 1 steps, 3 sweep points"), "{:?}", text(&out));
+    assert!(
+        text(&out).0.contains("1 hosts, 1 steps, 3 sweep points"),
+        "{:?}",
+        text(&out)
+    );
     let out = run_rigrun(dir.path(), &["plan", "ok.yaml"]);
     let (stdout, _) = text(&out);
-    assert!(stdout.contains("c=4  SKIP: c * 500 = 2000 > kv = 1000"), "{stdout}");
+    assert!(
+        stdout.contains("c=4  SKIP: c * 500 = 2000 > kv = 1000"),
+        "{stdout}"
+    );
     assert!(stdout.contains("c=2  $ echo 2"), "{stdout}");
 }

@@ -20,7 +20,11 @@ impl Env {
         let key = ClientKey::new(tmp.path());
         let known_hosts = tmp.path().join("known_hosts");
         std::fs::write(&known_hosts, "").unwrap();
-        Env { tmp, key, known_hosts }
+        Env {
+            tmp,
+            key,
+            known_hosts,
+        }
     }
 
     fn path(&self) -> &Path {
@@ -37,7 +41,13 @@ impl Env {
     }
 
     fn entry(&self, name: &str, sshd: &Sshd) -> String {
-        sshd.inventory_entry(name, &self.key, &self.known_hosts, &self.path().join(format!("work-{name}")), "")
+        sshd.inventory_entry(
+            name,
+            &self.key,
+            &self.known_hosts,
+            &self.path().join(format!("work-{name}")),
+            "",
+        )
     }
 
     fn write(&self, name: &str, content: &str) -> PathBuf {
@@ -52,7 +62,14 @@ impl Env {
 
     fn run(&self, playbook: &str, more: &[&str]) -> (std::process::Output, PathBuf) {
         let runs = self.path().join("runs");
-        let mut args = vec!["run", playbook, "-i", "hosts.yaml", "--runs-dir", runs.to_str().unwrap()];
+        let mut args = vec![
+            "run",
+            playbook,
+            "-i",
+            "hosts.yaml",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ];
         args.extend_from_slice(more);
         (run_rigrun(self.path(), &args), runs)
     }
@@ -89,7 +106,11 @@ steps:
 
 fn step_details(manifest: &Value, host: &str, kind: &str) -> Value {
     let steps = manifest["hosts"][host]["steps"].as_array().unwrap();
-    steps.iter().find(|s| s["kind"] == kind).unwrap_or_else(|| panic!("no {kind} step"))["details"].clone()
+    steps
+        .iter()
+        .find(|s| s["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} step"))["details"]
+        .clone()
 }
 
 #[test]
@@ -120,9 +141,11 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
     // Files and logs land in the run directory.
     let host_dir = run_dir.join("hosts/a");
     assert!(host_dir.join("fetched/throughput_c4.json").is_file());
-    let point_log = std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stdout.log")).unwrap();
+    let point_log =
+        std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stdout.log")).unwrap();
     assert!(point_log.contains("warming up c=4"));
-    let err_log = std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stderr.log")).unwrap();
+    let err_log =
+        std::fs::read_to_string(host_dir.join("03-run-sweep/002-concurrency=4.stderr.log")).unwrap();
     assert!(err_log.contains("some log on stderr"));
     let shell_log = std::fs::read_to_string(host_dir.join("01-shell/output.stdout.log")).unwrap();
     assert_eq!(shell_log.trim(), "Linux");
@@ -131,7 +154,10 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
     let manifest = manifest(&run_dir);
     assert_eq!(manifest["status"], "ok");
     assert_eq!(manifest["hosts"]["a"]["status"], "ok");
-    assert!(manifest["hosts"]["a"]["facts"]["kernel"].as_str().unwrap().starts_with("Linux"));
+    assert!(manifest["hosts"]["a"]["facts"]["kernel"]
+        .as_str()
+        .unwrap()
+        .starts_with("Linux"));
     let copy = step_details(&manifest, "a", "copy-script");
     assert_eq!(copy["uploaded"], true);
     assert_eq!(copy["sha256"].as_str().unwrap().len(), 64);
@@ -139,13 +165,23 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
     assert!(events.lines().count() > 10);
 
     // The closing table shows the host's column.
-    assert!(stdout.contains("concurrency=4") && stdout.contains("400"), "{stdout}");
-    assert!(stdout.contains("skipped: concurrency = 16 > capacity = 8"), "{stdout}");
+    assert!(
+        stdout.contains("concurrency=4") && stdout.contains("400"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("skipped: concurrency = 16 > capacity = 8"),
+        "{stdout}"
+    );
 
     // A second run finds the script unchanged and does not upload it again.
     let (out, runs) = env.run("sweep.yaml", &[]);
     assert!(out.status.success(), "{:?}", text(&out));
-    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let newest = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
     let copy = step_details(&common::manifest(&newest), "a", "copy-script");
     assert_eq!(copy["uploaded"], false);
 }
@@ -169,7 +205,11 @@ fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
 
     let (out, _) = env.run("copy.yaml", &[]);
     assert!(out.status.success(), "{:?}", text(&out));
-    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let newest = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
     let copy = step_details(&manifest(&newest), "a", "copy-script");
     assert_eq!(copy["uploaded"], true);
     assert_eq!(copy["previous_sha256"].as_str().unwrap().len(), 64);
@@ -187,13 +227,25 @@ fn a_hostile_value_reaches_the_program_as_one_literal_argument() {
     let a = env.host("a");
     env.inventory(&[env.entry("a", &a)], "");
     let marker = env.path().join("pwned");
-    env.write("echo.yaml", "name: echo\nsteps:\n  - shell: {command: \"printf '<%s>\\\\n' {{ evil }}\"}\n");
-    let evil = format!("evil=$(touch {}); y `touch {}` 'q\"", marker.display(), marker.display());
+    env.write(
+        "echo.yaml",
+        "name: echo\nsteps:\n  - shell: {command: \"printf '<%s>\\\\n' {{ evil }}\"}\n",
+    );
+    let evil = format!(
+        "evil=$(touch {}); y `touch {}` 'q\"",
+        marker.display(),
+        marker.display()
+    );
     let (out, runs) = env.run("echo.yaml", &["-e", &evil]);
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(!marker.exists(), "the substituted value was executed");
-    let log = std::fs::read_to_string(only_run_dir(&runs).join("hosts/a/01-shell/output.stdout.log")).unwrap();
-    let expected = format!("<$(touch {}); y `touch {}` 'q\">", marker.display(), marker.display());
+    let log =
+        std::fs::read_to_string(only_run_dir(&runs).join("hosts/a/01-shell/output.stdout.log")).unwrap();
+    let expected = format!(
+        "<$(touch {}); y `touch {}` 'q\">",
+        marker.display(),
+        marker.display()
+    );
     assert_eq!(log.trim(), expected);
 }
 
@@ -223,7 +275,9 @@ fn a_changed_host_key_is_refused_even_with_accept_new() {
     let a = Sshd::start(env.path(), "a", &env.key);
     let impostor = Sshd::start(env.path(), "impostor", &env.key);
     // known_hosts holds another server's key for a's address.
-    let line = impostor.known_hosts_line().replace(&format!("]:{} ", impostor.port), &format!("]:{} ", a.port));
+    let line = impostor
+        .known_hosts_line()
+        .replace(&format!("]:{} ", impostor.port), &format!("]:{} ", a.port));
     assert!(line.contains(&format!("]:{} ", a.port)));
     std::fs::write(&env.known_hosts, line).unwrap();
     env.inventory(&[env.entry("a", &a)], "known_hosts: accept-new\n");
@@ -246,10 +300,15 @@ fn a_dead_host_stops_only_itself() {
     let (out, runs) = env.run("sweep.yaml", &[]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stderr.contains("dead: failed at connect: connection refused"), "{stderr}");
+    assert!(
+        stderr.contains("dead: failed at connect: connection refused"),
+        "{stderr}"
+    );
     let run_dir = only_run_dir(&runs);
     let recs = records(&run_dir);
-    assert!(recs.iter().any(|r| r["host"] == "alive" && r["metrics"]["output_throughput"] == 400));
+    assert!(recs
+        .iter()
+        .any(|r| r["host"] == "alive" && r["metrics"]["output_throughput"] == 400));
     let manifest = manifest(&run_dir);
     assert_eq!(manifest["hosts"]["alive"]["status"], "ok");
     assert_eq!(manifest["hosts"]["dead"]["status"], "failed");
@@ -274,11 +333,22 @@ fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let recs = records(&only_run_dir(&runs));
-    let failed = recs.iter().find(|r| r["status"] == "failed").expect("a failed record");
+    let failed = recs
+        .iter()
+        .find(|r| r["status"] == "failed")
+        .expect("a failed record");
     assert_eq!(failed["point"]["n"], 1);
-    assert!(failed["reason"].as_str().unwrap().starts_with("timed out after 2s"), "{failed}");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("timed out after 2s"),
+        "{failed}"
+    );
     // The sweep went on to the next point.
-    assert!(recs.iter().any(|r| r["point"]["n"] == 2 && r["metrics"]["x"] == 1));
+    assert!(recs
+        .iter()
+        .any(|r| r["point"]["n"] == 2 && r["metrics"]["x"] == 1));
     let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
     assert!(wait_until_gone(&pid), "the remote sleep {pid} is still running");
 }
@@ -288,7 +358,11 @@ fn a_server_that_never_answers_fails_verify_with_the_last_error() {
     let env = Env::new();
     let a = env.host("a");
     env.inventory(&[env.entry("a", &a)], "");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     env.write(
         "verify.yaml",
         &format!("name: v\nsteps:\n  - verify-server: {{url: \"http://127.0.0.1:{port}\", wait: 1s}}\n  - shell: {{command: echo never}}\n"),
@@ -296,7 +370,10 @@ fn a_server_that_never_answers_fails_verify_with_the_last_error() {
     let (out, runs) = env.run("verify.yaml", &[]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("did not answer within 1s; last error:"), "{stderr}");
+    assert!(
+        stderr.contains("did not answer within 1s; last error:"),
+        "{stderr}"
+    );
     let manifest = manifest(&only_run_dir(&runs));
     let steps = manifest["hosts"]["a"]["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 1, "the host stops at the failed step");

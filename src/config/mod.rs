@@ -185,17 +185,30 @@ impl Config {
 
     /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
     /// vars, `-e`, then the built-ins and the host's labels.
-    pub fn host_vars(&self, host: &str, workdir: &str, builtins: &Builtins) -> IndexMap<String, serde_json::Value> {
+    pub fn host_vars(
+        &self,
+        host: &str,
+        workdir: &str,
+        builtins: &Builtins,
+    ) -> IndexMap<String, serde_json::Value> {
         let spec = self.host(host);
         let mut vars = IndexMap::new();
-        for source in [&self.inventory.vars, &spec.vars, &self.playbook.vars, &self.extra_vars] {
+        for source in [
+            &self.inventory.vars,
+            &spec.vars,
+            &self.playbook.vars,
+            &self.extra_vars,
+        ] {
             vars.extend(source.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         vars.insert("host".into(), host.into());
         vars.insert("workdir".into(), workdir.into());
         vars.insert("run_id".into(), builtins.run_id.clone().into());
         vars.insert("rigrun".into(), builtins.rigrun.clone().into());
-        vars.insert("labels".into(), serde_json::to_value(&spec.labels).unwrap_or_default());
+        vars.insert(
+            "labels".into(),
+            serde_json::to_value(&spec.labels).unwrap_or_default(),
+        );
         vars
     }
 }
@@ -240,7 +253,10 @@ mod tests {
     #[test]
     fn closest_suggests_typos_only() {
         assert_eq!(closest("run-swep", playbook::STEP_KINDS), Some("run-sweep"));
-        assert_eq!(closest("verfy-server", playbook::STEP_KINDS), Some("verify-server"));
+        assert_eq!(
+            closest("verfy-server", playbook::STEP_KINDS),
+            Some("verify-server")
+        );
         assert_eq!(closest("banana", playbook::STEP_KINDS), None);
     }
 

@@ -16,7 +16,14 @@ use super::playbook::Quoting;
 /// leading `~/` stays outside the quotes so that the shell still expands it to the home folder.
 pub fn shell_quote(text: &str) -> String {
     if let Some(rest) = text.strip_prefix("~/") {
-        return format!("~/{}", if rest.is_empty() { String::new() } else { shell_quote(rest) });
+        return format!(
+            "~/{}",
+            if rest.is_empty() {
+                String::new()
+            } else {
+                shell_quote(rest)
+            }
+        );
     }
     let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
     if !text.is_empty() && text.chars().all(safe) {
@@ -28,7 +35,10 @@ pub fn shell_quote(text: &str) -> String {
 fn environment(quoting: Quoting) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
-    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder().keep_trailing_newline(true).build() {
+    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
+        .keep_trailing_newline(true)
+        .build()
+    {
         env.set_syntax(syntax);
     }
     if quoting == Quoting::Shell {
@@ -36,7 +46,11 @@ fn environment(quoting: Quoting) -> Environment<'static> {
             if value.is_safe() {
                 return minijinja::escape_formatter(out, state, value);
             }
-            let text = if value.is_none() { String::new() } else { value.to_string() };
+            let text = if value.is_none() {
+                String::new()
+            } else {
+                value.to_string()
+            };
             out.write_str(&shell_quote(&text))
                 .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
         });
@@ -55,9 +69,7 @@ fn env_for(quoting: Quoting) -> &'static Environment<'static> {
 
 /// Renders `source` with the variables in `ctx`; an undefined variable is an error.
 pub fn render(source: &str, quoting: Quoting, ctx: &Value) -> Result<String, String> {
-    env_for(quoting)
-        .render_str(source, ctx)
-        .map_err(|e| describe(&e))
+    env_for(quoting).render_str(source, ctx).map_err(|e| describe(&e))
 }
 
 /// The top-level variable names a template uses, or its syntax error.
@@ -191,7 +203,9 @@ mod tests {
 
     #[test]
     fn shell_commands_quote_substitutions_but_not_the_template() {
-        let ctx = Value::from(minijinja::value::Serde(serde_json::json!({"v": "$(id); x", "n": 4})));
+        let ctx = Value::from(minijinja::value::Serde(
+            serde_json::json!({"v": "$(id); x", "n": 4}),
+        ));
         let out = render("echo {{ v }} --n {{ n }}", Quoting::Shell, &ctx).unwrap();
         assert_eq!(out, "echo '$(id); x' --n 4");
         let raw = render("echo {{ v | safe }}", Quoting::Shell, &ctx).unwrap();

@@ -30,10 +30,18 @@ pub fn select_hosts(config: &Config, limit: Option<&[String]>) -> Result<Vec<Str
     if let Some(limit) = limit {
         for name in limit {
             if !wanted.contains(name.as_str()) {
-                let known: Vec<&str> = inv.hosts.keys().map(String::as_str).filter(|h| wanted.contains(h)).collect();
+                let known: Vec<&str> = inv
+                    .hosts
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|h| wanted.contains(h))
+                    .collect();
                 errors.push(ConfigError::plain(
                     std::path::Path::new("-l"),
-                    format!("`{name}` is not one of this playbook's hosts ({})", known.join(", ")),
+                    format!(
+                        "`{name}` is not one of this playbook's hosts ({})",
+                        known.join(", ")
+                    ),
                 ));
             }
         }
@@ -42,7 +50,12 @@ pub fn select_hosts(config: &Config, limit: Option<&[String]>) -> Result<Vec<Str
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    let hosts: Vec<String> = inv.hosts.keys().filter(|h| wanted.contains(h.as_str())).cloned().collect();
+    let hosts: Vec<String> = inv
+        .hosts
+        .keys()
+        .filter(|h| wanted.contains(h.as_str()))
+        .cloned()
+        .collect();
     if hosts.is_empty() {
         return Err(ConfigError::plain(&config.playbook_path, "the playbook selects no host").into());
     }
@@ -60,7 +73,10 @@ fn check_groups(config: &Config) -> Vec<ConfigError> {
                 &config.inventory_path,
                 &config.inventory_text,
                 &member.referenced,
-                format!("group member `{}` is not a host of this inventory{hint}", member.value),
+                format!(
+                    "group member `{}` is not a host of this inventory{hint}",
+                    member.value
+                ),
             ));
         }
     }
@@ -69,7 +85,12 @@ fn check_groups(config: &Config) -> Vec<ConfigError> {
 
 fn unknown_name(config: &Config, name: &serde_saphyr::Spanned<String>) -> ConfigError {
     let inv = &config.inventory;
-    let names: Vec<&str> = inv.hosts.keys().chain(inv.groups.keys()).map(String::as_str).collect();
+    let names: Vec<&str> = inv
+        .hosts
+        .keys()
+        .chain(inv.groups.keys())
+        .map(String::as_str)
+        .collect();
     let hint = suggestion(&name.value, &names);
     ConfigError::at(
         &config.playbook_path,
@@ -93,7 +114,10 @@ fn suggestion(given: &str, candidates: &[&str]) -> String {
 /// Checks reserved names and that every template variable is defined on every host it runs on.
 pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     let mut errors = reserved_names(config);
-    let builtins = Builtins { run_id: String::new(), rigrun: String::new() };
+    let builtins = Builtins {
+        run_id: String::new(),
+        rigrun: String::new(),
+    };
     // (place, variable) -> hosts where it is undefined, so one mistake is one error.
     let mut undefined: BTreeMap<(u64, u64, String), (Location, Vec<String>)> = BTreeMap::new();
     for host in &config.hosts {
@@ -148,7 +172,9 @@ fn note_undefined(
 ) {
     for var in used.into_iter().filter(|v| !defined.contains(v)) {
         let key = (text.referenced.line(), text.referenced.column(), var);
-        let entry = undefined.entry(key).or_insert_with(|| (text.referenced, Vec::new()));
+        let entry = undefined
+            .entry(key)
+            .or_insert_with(|| (text.referenced, Vec::new()));
         entry.1.push(host.to_string());
     }
 }
@@ -166,7 +192,11 @@ fn reserved_names(config: &Config) -> Vec<ConfigError> {
     let inv = &config.inventory;
     let sources = [
         (&config.inventory_path, &inv.vars, "the inventory's vars"),
-        (&config.playbook_path, &config.playbook.vars, "the playbook's vars"),
+        (
+            &config.playbook_path,
+            &config.playbook.vars,
+            "the playbook's vars",
+        ),
     ];
     let mut errors = Vec::new();
     let mut complain = |path: &std::path::Path, name: &str, place: &str| {
@@ -175,7 +205,11 @@ fn reserved_names(config: &Config) -> Vec<ConfigError> {
             format!(
                 "`{name}` in {place} is a built-in variable set by rigrun ({}); choose another name{}",
                 BUILTIN_NAMES.join(", "),
-                if name == "workdir" { ", or set workdir: on the host in the inventory" } else { "" }
+                if name == "workdir" {
+                    ", or set workdir: on the host in the inventory"
+                } else {
+                    ""
+                }
             ),
         ));
     };
@@ -185,11 +219,24 @@ fn reserved_names(config: &Config) -> Vec<ConfigError> {
         }
     }
     for (host, spec) in &inv.hosts {
-        for name in spec.value.vars.keys().filter(|k| BUILTIN_NAMES.contains(&k.as_str())) {
-            complain(&config.inventory_path, name, &format!("the vars of host `{host}`"));
+        for name in spec
+            .value
+            .vars
+            .keys()
+            .filter(|k| BUILTIN_NAMES.contains(&k.as_str()))
+        {
+            complain(
+                &config.inventory_path,
+                name,
+                &format!("the vars of host `{host}`"),
+            );
         }
     }
-    for name in config.extra_vars.keys().filter(|k| BUILTIN_NAMES.contains(&k.as_str())) {
+    for name in config
+        .extra_vars
+        .keys()
+        .filter(|k| BUILTIN_NAMES.contains(&k.as_str()))
+    {
         complain(std::path::Path::new("-e"), name, "the command line");
     }
     errors

@@ -33,11 +33,17 @@ pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<(T, String), Config
 pub fn parse_str<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
     serde_saphyr::from_str_with_options(text, options()).map_err(|err| {
         let location = err.location();
-        let message = explain_budget(suggest_step_kind(&strip_location_suffix(&err.without_snippet().to_string())));
+        let message = explain_budget(suggest_step_kind(&strip_location_suffix(
+            &err.without_snippet().to_string(),
+        )));
         let name = path.display().to_string();
-        let rendered = err.render_with_options(serde_saphyr::render_options! { source_name: Some(name.as_str()) });
+        let rendered =
+            err.render_with_options(serde_saphyr::render_options! { source_name: Some(name.as_str()) });
         // The first line repeats the message; we print our own `file:line:col: message` first.
-        let snippet = rendered.split_once('\n').map(|(_, rest)| rest.to_string()).unwrap_or_default();
+        let snippet = rendered
+            .split_once('\n')
+            .map(|(_, rest)| rest.to_string())
+            .unwrap_or_default();
         ConfigError {
             file: path.display().to_string(),
             line: location.as_ref().map(Location::line).unwrap_or(0),
@@ -105,6 +111,9 @@ mod tests {
     #[test]
     fn strips_only_a_trailing_location() {
         assert_eq!(strip_location_suffix("bad value at line 3 column 5"), "bad value");
-        assert_eq!(strip_location_suffix("x at line 3, column 12 (used"), "x at line 3, column 12 (used");
+        assert_eq!(
+            strip_location_suffix("x at line 3, column 12 (used"),
+            "x at line 3, column 12 (used"
+        );
     }
 }

@@ -20,14 +20,20 @@ pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
 
 fn ratio(value: Option<f64>, base: Option<f64>) -> Cell {
     match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Derived { value: v / b, unit: "x" },
+        (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
+            value: v / b,
+            unit: "x",
+        },
         _ => Cell::Missing,
     }
 }
 
 fn change(value: Option<f64>, base: Option<f64>) -> Cell {
     match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Derived { value: (v / b - 1.0) * 100.0, unit: "%" },
+        (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
+            value: (v / b - 1.0) * 100.0,
+            unit: "%",
+        },
         _ => Cell::Missing,
     }
 }
@@ -50,12 +56,21 @@ fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
                 let base = cell(by_host.get(&baseline), &metric).value();
                 let mut row = vec![Cell::Label { text: label.clone() }];
                 row.extend(hosts.iter().map(|h| cell(by_host.get(h), &metric)));
-                row.extend(others.iter().map(|h| ratio(cell(by_host.get(*h), &metric).value(), base)));
+                row.extend(
+                    others
+                        .iter()
+                        .map(|h| ratio(cell(by_host.get(*h), &metric).value(), base)),
+                );
                 row
             })
             .collect();
         grids.push(Grid {
-            title: format!("{} · step {}: {}", run.manifest.run_id, step.step_index + 1, step.step),
+            title: format!(
+                "{} · step {}: {}",
+                run.manifest.run_id,
+                step.step_index + 1,
+                step.step
+            ),
             metric,
             columns,
             rows,
@@ -67,8 +82,14 @@ fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
 fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
     match asked {
         Some(b) if hosts.iter().any(|h| h == b) => Ok(b.to_string()),
-        Some(b) => bail!("--baseline {b}: no such host in the run (hosts: {})", hosts.join(", ")),
-        None => hosts.first().cloned().ok_or_else(|| anyhow::anyhow!("the run has no hosts")),
+        Some(b) => bail!(
+            "--baseline {b}: no such host in the run (hosts: {})",
+            hosts.join(", ")
+        ),
+        None => hosts
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the run has no hosts")),
     }
 }
 
@@ -92,7 +113,10 @@ fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
         let metric = pick_metric(step, opts.metric);
         let matching: Vec<Option<&StepRecords>> = groups
             .iter()
-            .map(|g| g.iter().find(|s| s.step == step.step && s.step_index == step.step_index))
+            .map(|g| {
+                g.iter()
+                    .find(|s| s.step == step.step && s.step_index == step.step_index)
+            })
             .collect();
         let mut columns = vec!["point".to_string()];
         for host in &hosts {
@@ -109,7 +133,12 @@ fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
             for host in &hosts {
                 let cells: Vec<Cell> = matching
                     .iter()
-                    .map(|s| cell(s.and_then(|s| s.rows.get(label)).and_then(|r| r.get(host)), &metric))
+                    .map(|s| {
+                        cell(
+                            s.and_then(|s| s.rows.get(label)).and_then(|r| r.get(host)),
+                            &metric,
+                        )
+                    })
                     .collect();
                 let base = cells[0].value();
                 let changes: Vec<Cell> = cells[1..].iter().map(|c| change(c.value(), base)).collect();
@@ -119,7 +148,13 @@ fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
             rows.push(row);
         }
         grids.push(Grid {
-            title: format!("step {}: {} across {} runs (first: {})", step.step_index + 1, step.step, runs.len(), first.manifest.run_id),
+            title: format!(
+                "step {}: {} across {} runs (first: {})",
+                step.step_index + 1,
+                step.step,
+                runs.len(),
+                first.manifest.run_id
+            ),
             metric,
             columns,
             rows,

@@ -11,13 +11,14 @@ pub fn render(grids: &[Grid]) -> String {
             for (column, cell) in grid.columns.iter().zip(row).skip(1) {
                 let (value, status, reason) = match cell {
                     Cell::Value { value } => (value.to_string(), "ok", String::new()),
-                    Cell::Derived { value, unit } => (value.to_string(), *unit, String::new()),
+                    Cell::Derived { value, unit } => (format!("{value:.4}"), *unit, String::new()),
                     Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
                     Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
                     Cell::Missing => (String::new(), "missing", String::new()),
                     Cell::Label { text } => (text.clone(), "label", String::new()),
                 };
-                let _ = writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);
+                let _ =
+                    writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Markdown, fit for pasting into an issue or a README.
 
-use super::Grid;
+use super::{with_notes, Grid};
 
 pub fn render(grids: &[Grid], header: &str) -> String {
     let mut out = String::new();
@@ -12,15 +12,24 @@ pub fn render(grids: &[Grid], header: &str) -> String {
     }
     for grid in grids {
         out.push_str(&format!("### {} — `{}`\n\n", escape(&grid.title), grid.metric));
-        out.push_str(&format!("| {} |\n", grid.columns.iter().map(|c| escape(c)).collect::<Vec<_>>().join(" | ")));
-        let align: Vec<&str> = (0..grid.columns.len()).map(|i| if i == 0 { "---" } else { "---:" }).collect();
-        out.push_str(&format!("| {} |\n", align.join(" | ")));
-        for row in &grid.rows {
-            out.push_str(&format!("| {} |\n", row.iter().map(|c| escape(&c.text())).collect::<Vec<_>>().join(" | ")));
+        out.push_str(&row(grid.columns.iter().map(String::as_str)));
+        let align = (0..grid.columns.len()).map(|i| if i == 0 { "---" } else { "---:" });
+        out.push_str(&row(align));
+        let (rows, notes) = with_notes(grid);
+        for cells in &rows {
+            out.push_str(&row(cells.iter().map(String::as_str)));
+        }
+        out.push('\n');
+        for note in notes {
+            out.push_str(&format!("{}  \n", escape(&note)));
         }
         out.push('\n');
     }
     out
+}
+
+fn row<'a>(cells: impl Iterator<Item = &'a str>) -> String {
+    format!("| {} |\n", cells.map(escape).collect::<Vec<_>>().join(" | "))
 }
 
 /// Pipes would split a cell.

@@ -36,15 +36,26 @@ pub enum Format {
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum Cell {
     /// A measured value.
-    Value { value: f64 },
+    Value {
+        value: f64,
+    },
     /// A derived number such as a ratio or a change in percent, with its unit.
-    Derived { value: f64, unit: &'static str },
-    Skipped { reason: String },
-    Failed { reason: String },
+    Derived {
+        value: f64,
+        unit: &'static str,
+    },
+    Skipped {
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
     /// The point ran but reported no such metric, or the host never got there.
     Missing,
     /// A row label.
-    Label { text: String },
+    Label {
+        text: String,
+    },
 }
 
 impl Cell {
@@ -88,6 +99,41 @@ pub struct Grid {
     pub rows: Vec<Vec<Cell>>,
 }
 
+/// The grid's cells as text for human formats: a skipped or failed cell shows a note number and
+/// its reason is listed once under the table, so long reasons do not stretch the columns.
+pub fn with_notes(grid: &Grid) -> (Vec<Vec<String>>, Vec<String>) {
+    let mut notes: Vec<String> = Vec::new();
+    let mut note = |reason: String| {
+        let n = match notes.iter().position(|r| *r == reason) {
+            Some(i) => i + 1,
+            None => {
+                notes.push(reason);
+                notes.len()
+            }
+        };
+        format!("[{n}]")
+    };
+    let rows = grid
+        .rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| match cell {
+                    Cell::Skipped { reason } => format!("skipped {}", note(reason.clone())),
+                    Cell::Failed { reason } => format!("FAILED {}", note(reason.clone())),
+                    other => other.text(),
+                })
+                .collect()
+        })
+        .collect();
+    let notes = notes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("[{}] {r}", i + 1))
+        .collect();
+    (rows, notes)
+}
+
 /// A run directory, read.
 pub struct Run {
     pub manifest: Manifest,
@@ -110,12 +156,15 @@ impl Run {
 pub struct StepRecords<'a> {
     pub step: String,
     pub step_index: usize,
-    pub rows: IndexMap<String, IndexMap<String, Vec<&'a Record>>>,
+    pub rows: IndexMap<String, RowRecords<'a>>,
 }
+
+/// Records of one row, by host.
+pub type RowRecords<'a> = IndexMap<String, Vec<&'a Record>>;
 
 /// Groups a run's records by step, then by row label, then by host.
 pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
-    let mut steps: IndexMap<(usize, String), IndexMap<String, IndexMap<String, Vec<&Record>>>> = IndexMap::new();
+    let mut steps: IndexMap<(usize, String), IndexMap<String, RowRecords>> = IndexMap::new();
     let mut seen_per_point: IndexMap<(usize, String, String), usize> = IndexMap::new();
     for record in records {
         let base = point_label(&record.point);
@@ -137,7 +186,11 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     }
     steps
         .into_iter()
-        .map(|((step_index, step), rows)| StepRecords { step, step_index, rows })
+        .map(|((step_index, step), rows)| StepRecords {
+            step,
+            step_index,
+            rows,
+        })
         .collect()
 }
 
@@ -150,7 +203,14 @@ fn sub_label(base: &str, record: &Record, k: usize) -> String {
 }
 
 /// Numbers in records that describe the point rather than measure it.
-const CONTEXT_KEYS: &[&str] = &["exit_code", "max_concurrency", "input_len", "output_len", "num_prompts", "request_rate"];
+const CONTEXT_KEYS: &[&str] = &[
+    "exit_code",
+    "max_concurrency",
+    "input_len",
+    "output_len",
+    "num_prompts",
+    "request_rate",
+];
 
 /// The metric to show for a step: the one asked for, else `output_throughput`, else the first
 /// numeric metric of the first successful record.
@@ -158,12 +218,16 @@ pub fn pick_metric(step: &StepRecords, asked: Option<&str>) -> String {
     if let Some(m) = asked {
         return m.to_string();
     }
-    let ok = || step.rows.values().flat_map(|h| h.values().flatten()).filter(|r| r.status == RecordStatus::Ok);
+    let ok = || {
+        step.rows
+            .values()
+            .flat_map(|h| h.values().flatten())
+            .filter(|r| r.status == RecordStatus::Ok)
+    };
     if ok().any(|r| r.metrics.contains_key(DEFAULT_METRIC)) {
         return DEFAULT_METRIC.to_string();
     }
-    ok()
-        .flat_map(|r| r.metrics.iter())
+    ok().flat_map(|r| r.metrics.iter())
         .find(|(k, v)| v.is_number() && !CONTEXT_KEYS.contains(&k.as_str()))
         .map(|(k, _)| k.clone())
         .unwrap_or_else(|| DEFAULT_METRIC.to_string())
@@ -171,15 +235,25 @@ pub fn pick_metric(step: &StepRecords, asked: Option<&str>) -> String {
 
 /// The cell for one host's records at one row.
 pub fn cell(records: Option<&Vec<&Record>>, metric: &str) -> Cell {
-    let Some(records) = records else { return Cell::Missing };
+    let Some(records) = records else {
+        return Cell::Missing;
+    };
     if let Some(r) = records.iter().find(|r| r.status == RecordStatus::Skipped) {
-        return Cell::Skipped { reason: r.reason.clone().unwrap_or_default() };
+        return Cell::Skipped {
+            reason: r.reason.clone().unwrap_or_default(),
+        };
     }
-    if let Some(v) = records.iter().rev().find_map(|r| r.metrics.get(metric).and_then(Json::as_f64)) {
+    if let Some(v) = records
+        .iter()
+        .rev()
+        .find_map(|r| r.metrics.get(metric).and_then(Json::as_f64))
+    {
         return Cell::Value { value: v };
     }
     match records.iter().find(|r| r.status == RecordStatus::Failed) {
-        Some(r) => Cell::Failed { reason: r.reason.clone().unwrap_or_default() },
+        Some(r) => Cell::Failed {
+            reason: r.reason.clone().unwrap_or_default(),
+        },
         None => Cell::Missing,
     }
 }
@@ -202,7 +276,17 @@ pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
                     row
                 })
                 .collect();
-            Grid { title: format!("{} · step {}: {}", run.manifest.run_id, step.step_index + 1, step.step), metric, columns, rows }
+            Grid {
+                title: format!(
+                    "{} · step {}: {}",
+                    run.manifest.run_id,
+                    step.step_index + 1,
+                    step.step
+                ),
+                metric,
+                columns,
+                rows,
+            }
         })
         .collect()
 }
@@ -225,7 +309,11 @@ pub fn host_header(runs: &[&Manifest]) -> String {
             let mut parts: Vec<String> = entry.labels.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             if let Some(gpus) = entry.facts.get("gpus").and_then(Json::as_array) {
                 if let Some(first) = gpus.first().and_then(Json::as_str) {
-                    parts.push(format!("{}× {}", gpus.len(), first.split(',').next().unwrap_or(first)));
+                    parts.push(format!(
+                        "{}× {}",
+                        gpus.len(),
+                        first.split(',').next().unwrap_or(first)
+                    ));
                 }
             }
             if parts.is_empty() {
@@ -275,10 +363,19 @@ mod tests {
         let labels: Vec<_> = step.rows.keys().cloned().collect();
         assert_eq!(labels, ["concurrency=1", "concurrency=1024"]);
         let row = &step.rows["concurrency=1024"];
-        assert!(matches!(cell(row.get("a"), "output_throughput"), Cell::Skipped { .. }));
-        assert!(matches!(cell(row.get("b"), "output_throughput"), Cell::Failed { .. }));
+        assert!(matches!(
+            cell(row.get("a"), "output_throughput"),
+            Cell::Skipped { .. }
+        ));
+        assert!(matches!(
+            cell(row.get("b"), "output_throughput"),
+            Cell::Failed { .. }
+        ));
         assert!(matches!(cell(row.get("c"), "output_throughput"), Cell::Missing));
-        assert_eq!(cell(step.rows["concurrency=1"].get("a"), "output_throughput").value(), Some(172.0));
+        assert_eq!(
+            cell(step.rows["concurrency=1"].get("a"), "output_throughput").value(),
+            Some(172.0)
+        );
     }
 
     #[test]
@@ -298,7 +395,21 @@ mod tests {
         assert_eq!(Cell::Value { value: 2156.0 }.text(), "2156");
         assert_eq!(Cell::Value { value: 1647.25 }.text(), "1647.2");
         assert_eq!(Cell::Value { value: 12.3456 }.text(), "12.346");
-        assert_eq!(Cell::Derived { value: 1.234, unit: "x" }.text(), "×1.23");
-        assert_eq!(Cell::Derived { value: -4.06, unit: "%" }.text(), "-4.1%");
+        assert_eq!(
+            Cell::Derived {
+                value: 1.234,
+                unit: "x"
+            }
+            .text(),
+            "×1.23"
+        );
+        assert_eq!(
+            Cell::Derived {
+                value: -4.06,
+                unit: "%"
+            }
+            .text(),
+            "-4.1%"
+        );
     }
 }

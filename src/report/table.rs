@@ -4,7 +4,7 @@ use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Alignment, Style};
 
-use super::Grid;
+use super::{with_notes, Grid};
 
 pub fn render(grids: &[Grid], header: &str) -> String {
     let mut out = String::new();
@@ -16,14 +16,19 @@ pub fn render(grids: &[Grid], header: &str) -> String {
         out.push_str(&format!("{} — {}\n", grid.title, grid.metric));
         let mut builder = Builder::default();
         builder.push_record(grid.columns.iter().cloned());
-        for row in &grid.rows {
-            builder.push_record(row.iter().map(|c| c.text()));
+        let (rows, notes) = with_notes(grid);
+        for row in rows {
+            builder.push_record(row);
         }
         let mut table = builder.build();
         table.with(Style::rounded());
         table.modify(Columns::new(1..), Alignment::right());
         out.push_str(&table.to_string());
-        out.push_str("\n\n");
+        out.push('\n');
+        for note in notes {
+            out.push_str(&format!("  {note}\n"));
+        }
+        out.push('\n');
     }
     out
 }

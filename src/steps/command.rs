@@ -25,7 +25,11 @@ pub struct CommandEnd {
 impl CommandEnd {
     /// `exit code 3: <last stderr line>` or `timed out after 30m`, for records and summaries.
     pub fn failure(&self, timeout: Option<Duration>) -> Option<String> {
-        let tail = self.stderr_tail.last().map(|l| format!(": {}", l.trim())).unwrap_or_default();
+        let tail = self
+            .stderr_tail
+            .last()
+            .map(|l| format!(": {}", l.trim()))
+            .unwrap_or_default();
         match self.exit_code {
             Some(0) => None,
             Some(code) => Some(format!("exit code {code}{tail}")),
@@ -50,13 +54,19 @@ pub async fn run_logged(
 ) -> Result<CommandEnd> {
     let open = |ext: &str| -> Result<BufWriter<File>> {
         let path = log_base.with_extension(ext);
-        Ok(BufWriter::new(File::create(&path).with_context(|| format!("cannot create {}", path.display()))?))
+        Ok(BufWriter::new(
+            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
+        ))
     };
     let mut out_log = open("stdout.log")?;
     let mut err_log = open("stderr.log")?;
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
     let mut on_line = |stream: Stream, line: &str| {
-        let log = if stream == Stream::Stdout { &mut out_log } else { &mut err_log };
+        let log = if stream == Stream::Stdout {
+            &mut out_log
+        } else {
+            &mut err_log
+        };
         let _ = writeln!(log, "{line}").and_then(|_| log.flush());
         if stream == Stream::Stdout {
             on_stdout(line);
@@ -81,6 +91,8 @@ pub async fn run_logged(
         },
         None => Some(exec.await?),
     };
-    drop(on_line);
-    Ok(CommandEnd { exit_code, stderr_tail: tail.into() })
+    Ok(CommandEnd {
+        exit_code,
+        stderr_tail: tail.into(),
+    })
 }

@@ -37,7 +37,8 @@ pub async fn run(
 ) -> Result<StepOutcome> {
     let mut data = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
     if template {
-        let text = String::from_utf8(data).with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
+        let text = String::from_utf8(data)
+            .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
         data = render(&text, Quoting::Plain, &crate::config::context(vars))
             .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
             .into_bytes();
@@ -65,11 +66,22 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// Uploads `data` to `dest` unless the host already has the same bytes; checks the checksum on
 /// the host afterwards. With `diff_dir`, a different previous version is diffed and kept there.
-pub async fn upload_if_changed(ctx: &HostCtx, data: &[u8], dest: &str, mode: u32, diff_dir: Option<&Path>) -> Result<Upload> {
+pub async fn upload_if_changed(
+    ctx: &HostCtx,
+    data: &[u8],
+    dest: &str,
+    mode: u32,
+    diff_dir: Option<&Path>,
+) -> Result<Upload> {
     let sha256 = sha256_hex(data);
     let previous_sha256 = remote_sha256(ctx, dest).await?;
     if previous_sha256.as_deref() == Some(sha256.as_str()) {
-        return Ok(Upload { sha256, previous_sha256, uploaded: false, diff: None });
+        return Ok(Upload {
+            sha256,
+            previous_sha256,
+            uploaded: false,
+            diff: None,
+        });
     }
     let diff = match (&previous_sha256, diff_dir) {
         (Some(_), Some(dir)) => Some(save_previous(ctx, dest, data, dir).await?),
@@ -84,7 +96,12 @@ pub async fn upload_if_changed(ctx: &HostCtx, data: &[u8], dest: &str, mode: u32
             after.as_deref().unwrap_or("(missing)")
         );
     }
-    Ok(Upload { sha256, previous_sha256, uploaded: true, diff })
+    Ok(Upload {
+        sha256,
+        previous_sha256,
+        uploaded: true,
+        diff,
+    })
 }
 
 /// The sha256 of a file on the host, None when it does not exist. Uses `sha256sum` or `shasum`
@@ -100,22 +117,35 @@ pub async fn remote_sha256(ctx: &HostCtx, path: &str) -> Result<Option<String>> 
         "absent" => None,
         "no-tool" => Some(sha256_hex(&ctx.transport.read_file(path).await?)),
         hash if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => Some(hash.to_string()),
-        other => bail!("cannot read the checksum of {path} on {}: unexpected reply `{other}`", ctx.host),
+        other => bail!(
+            "cannot read the checksum of {path} on {}: unexpected reply `{other}`",
+            ctx.host
+        ),
     })
 }
 
 /// Saves the host's previous version and a unified diff to the new one; returns the diff's path.
 async fn save_previous(ctx: &HostCtx, dest: &str, new: &[u8], dir: &Path) -> Result<PathBuf> {
     let old = ctx.transport.read_file(dest).await?;
-    let name = Path::new(dest).file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let name = Path::new(dest)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("file");
     std::fs::write(dir.join(format!("{name}.previous")), &old)?;
     let diff_path = dir.join(format!("{name}.diff"));
     let diff = match (std::str::from_utf8(&old), std::str::from_utf8(new)) {
         (Ok(old), Ok(new)) => similar::TextDiff::from_lines(old, new)
             .unified_diff()
-            .header(&format!("{}:{dest} (on the host before)", ctx.host), &format!("{dest} (uploaded)"))
+            .header(
+                &format!("{}:{dest} (on the host before)", ctx.host),
+                &format!("{dest} (uploaded)"),
+            )
             .to_string(),
-        _ => format!("binary files differ: {} (on the host before) and {} (uploaded)\n", sha256_hex(&old), sha256_hex(new)),
+        _ => format!(
+            "binary files differ: {} (on the host before) and {} (uploaded)\n",
+            sha256_hex(&old),
+            sha256_hex(new)
+        ),
     };
     std::fs::write(&diff_path, diff)?;
     Ok(diff_path)

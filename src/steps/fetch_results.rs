@@ -28,7 +28,10 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, src: &str, records: bool
     let listed = list(ctx, &pattern).await?;
     if listed.is_empty() {
         return Ok(StepOutcome::failed(
-            format!("no file on {} matches {pattern} (did the command write its results there?)", ctx.host),
+            format!(
+                "no file on {} matches {pattern} (did the command write its results there?)",
+                ctx.host
+            ),
             json!({ "src": pattern, "files": [] }),
         ));
     }
@@ -44,7 +47,11 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, src: &str, records: bool
             std::fs::create_dir_all(parent)?;
         }
         std::fs::write(&local, &data).with_context(|| format!("cannot write {}", local.display()))?;
-        let count = if records { record_file(ctx, step, &rel, &data) } else { 0 };
+        let count = if records {
+            record_file(ctx, step, &rel, &data)
+        } else {
+            0
+        };
         files.push(json!({
             "remote": item.path,
             "local": local.strip_prefix(&ctx.run_dir).unwrap_or(&local).display().to_string(),
@@ -70,7 +77,11 @@ async fn list(ctx: &HostCtx, pattern: &str) -> Result<Vec<Listed>> {
             let mut parts = line.splitn(3, '\t');
             let (size, sha256, path) = (parts.next(), parts.next(), parts.next());
             match (size.and_then(|s| s.trim().parse().ok()), sha256, path) {
-                (Some(size), Some(sha), Some(path)) => Ok(Listed { size, sha256: sha.to_string(), path: path.to_string() }),
+                (Some(size), Some(sha), Some(path)) => Ok(Listed {
+                    size,
+                    sha256: sha.to_string(),
+                    path: path.to_string(),
+                }),
                 _ => bail!("cannot read the file list from {}: `{line}`", ctx.host),
             }
         })
@@ -79,17 +90,27 @@ async fn list(ctx: &HostCtx, pattern: &str) -> Result<Vec<Listed>> {
 
 fn verify(item: &Listed, data: &[u8]) -> Result<()> {
     if data.len() as u64 != item.size {
-        bail!("{}: received {} bytes, the host listed {} (was it still being written?)", item.path, data.len(), item.size);
+        bail!(
+            "{}: received {} bytes, the host listed {} (was it still being written?)",
+            item.path,
+            data.len(),
+            item.size
+        );
     }
     if !item.sha256.is_empty() && sha256_hex(data) != item.sha256 {
-        bail!("{}: the checksum of the received file differs from the host's", item.path);
+        bail!(
+            "{}: the checksum of the received file differs from the host's",
+            item.path
+        );
     }
     Ok(())
 }
 
 /// Turns a fetched file into records: one JSON object, or JSON lines of objects.
 fn record_file(ctx: &HostCtx, step: &PlannedStep, rel: &Path, data: &[u8]) -> usize {
-    let Ok(text) = std::str::from_utf8(data) else { return 0 };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return 0;
+    };
     let mut point = IndexMap::new();
     point.insert("file".to_string(), Json::from(rel.display().to_string()));
     let objects: Vec<_> = match serde_json::from_str::<Json>(text) {
@@ -99,7 +120,11 @@ fn record_file(ctx: &HostCtx, step: &PlannedStep, rel: &Path, data: &[u8]) -> us
             let lines: Vec<_> = text.lines().filter(|l| !l.trim().is_empty()).collect();
             let parsed: Vec<_> = lines.iter().filter_map(|l| parse_record(l)).collect();
             // JSON lines only when every line is an object; anything else is not a result file.
-            if parsed.len() == lines.len() { parsed } else { Vec::new() }
+            if parsed.len() == lines.len() {
+                parsed
+            } else {
+                Vec::new()
+            }
         }
     };
     for metrics in &objects {
@@ -132,7 +157,10 @@ pub fn quote_glob(pattern: &str) -> String {
             '[' => {
                 let class: String = chars.clone().take_while(|&c| c != ']').collect();
                 let closed = chars.clone().nth(class.len()) == Some(']');
-                let simple = !class.is_empty() && class.chars().all(|c| c.is_ascii_alphanumeric() || "._-!^".contains(c));
+                let simple = !class.is_empty()
+                    && class
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-!^".contains(c));
                 if closed && simple {
                     flush(&mut literal, &mut out);
                     out.push('[');
@@ -186,7 +214,10 @@ mod tests {
 
     #[test]
     fn globs_keep_wildcards_and_quote_the_rest() {
-        assert_eq!(quote_glob("/root/.rigrun/results/*.json"), "/root/.rigrun/results/*.json");
+        assert_eq!(
+            quote_glob("/root/.rigrun/results/*.json"),
+            "/root/.rigrun/results/*.json"
+        );
         assert_eq!(quote_glob("/my dir/r?.json"), "'/my dir/r'?.json");
         assert_eq!(quote_glob("/x/$(reboot)/*.json"), "'/x/$(reboot)/'*.json");
         assert_eq!(quote_glob("/x/c[0-9].json"), "/x/c[0-9].json");
@@ -197,8 +228,14 @@ mod tests {
     fn fetched_names_stay_inside() {
         let base = static_prefix("/w/results/*.json");
         assert_eq!(base, PathBuf::from("/w/results"));
-        assert_eq!(safe_relative("/w/results/a.json", &base).unwrap(), PathBuf::from("a.json"));
-        assert_eq!(safe_relative("/w/results/sub/a.json", &base).unwrap(), PathBuf::from("sub/a.json"));
+        assert_eq!(
+            safe_relative("/w/results/a.json", &base).unwrap(),
+            PathBuf::from("a.json")
+        );
+        assert_eq!(
+            safe_relative("/w/results/sub/a.json", &base).unwrap(),
+            PathBuf::from("sub/a.json")
+        );
         assert!(safe_relative("/w/results/../../etc/passwd", &base).is_err());
         assert!(safe_relative("/etc/passwd", &base).is_err());
         assert!(safe_relative("/w/results/x/../../../y", &base).is_err());

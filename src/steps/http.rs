@@ -51,13 +51,21 @@ pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Resul
 }
 
 pub fn parse_models(body: &str) -> Result<ServerInfo> {
-    let reply: Json = serde_json::from_str(body).map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body)))?;
+    let reply: Json = serde_json::from_str(body)
+        .map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body)))?;
     let Some(data) = reply.get("data").and_then(Json::as_array) else {
         bail!("the reply has no `data` list of models: {}", excerpt(body));
     };
-    let models = data.iter().filter_map(|m| m.get("id")?.as_str().map(str::to_string)).collect();
+    let models = data
+        .iter()
+        .filter_map(|m| m.get("id")?.as_str().map(str::to_string))
+        .collect();
     let max_model_len = data.iter().find_map(|m| m.get("max_model_len")?.as_u64());
-    Ok(ServerInfo { models, max_model_len, reply })
+    Ok(ServerInfo {
+        models,
+        max_model_len,
+        reply,
+    })
 }
 
 /// Polls `/v1/models` until it answers or `wait` runs out; `gone` may end the wait early with a
@@ -79,7 +87,10 @@ pub async fn wait_until_up(
             bail!("{reason}; last answer: {error:#}");
         }
         if started.elapsed() + pause > wait {
-            bail!("the server did not answer within {}; last error: {error:#}", super::human(wait));
+            bail!(
+                "the server did not answer within {}; last error: {error:#}",
+                super::human(wait)
+            );
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
@@ -88,7 +99,10 @@ pub async fn wait_until_up(
 
 /// One short completion; the server must return tokens.
 pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) -> Result<Json> {
-    let url = format!("{}/v1/completions", endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1"));
+    let url = format!(
+        "{}/v1/completions",
+        endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1")
+    );
     let body = json!({ "model": model, "prompt": "Hello", "max_tokens": 8, "temperature": 0 });
     let reply = request(endpoint.client.post(&url), api_key)
         .json(&body)
@@ -101,11 +115,21 @@ pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) 
     if !status.is_success() {
         bail!("smoke test POST {url}: HTTP {status}: {}", excerpt(&text));
     }
-    let reply: Json = serde_json::from_str(&text).map_err(|_| anyhow::anyhow!("smoke test: the reply is not JSON: {}", excerpt(&text)))?;
-    let tokens = reply.pointer("/usage/completion_tokens").and_then(Json::as_u64).unwrap_or(0);
-    let text_out = reply.pointer("/choices/0/text").and_then(Json::as_str).unwrap_or("");
+    let reply: Json = serde_json::from_str(&text)
+        .map_err(|_| anyhow::anyhow!("smoke test: the reply is not JSON: {}", excerpt(&text)))?;
+    let tokens = reply
+        .pointer("/usage/completion_tokens")
+        .and_then(Json::as_u64)
+        .unwrap_or(0);
+    let text_out = reply
+        .pointer("/choices/0/text")
+        .and_then(Json::as_str)
+        .unwrap_or("");
     if tokens == 0 && text_out.is_empty() {
-        bail!("smoke test: the server returned no tokens: {}", excerpt(&reply.to_string()));
+        bail!(
+            "smoke test: the server returned no tokens: {}",
+            excerpt(&reply.to_string())
+        );
     }
     Ok(json!({ "completion_tokens": tokens, "text": text_out }))
 }
@@ -119,10 +143,22 @@ fn explain(err: &reqwest::Error) -> String {
         "no answer in time (timed out)".to_string()
     } else if err.is_connect() {
         format!("connection refused or unreachable ({chain}); is the server listening?")
-    } else if chain.contains("connection closed") || chain.contains("IncompleteMessage") || chain.contains("reset") {
-        format!("the connection was closed before an answer ({chain}); is the server listening on that address?")
+    } else if chain.contains("connection closed")
+        || chain.contains("IncompleteMessage")
+        || chain.contains("reset")
+    {
+        format!(
+            "the connection was closed before an answer ({chain}); is the server listening on that address?"
+        )
     } else {
-        format!("{err}{}", if chain.is_empty() { String::new() } else { format!(": {chain}") })
+        format!(
+            "{err}{}",
+            if chain.is_empty() {
+                String::new()
+            } else {
+                format!(": {chain}")
+            }
+        )
     }
 }
 
@@ -141,7 +177,10 @@ mod tests {
 
     #[test]
     fn reads_vllm_and_sglang_model_lists() {
-        let info = parse_models(r#"{"object":"list","data":[{"id":"Qwen/Qwen3.6-27B","object":"model","max_model_len":262144}]}"#).unwrap();
+        let info = parse_models(
+            r#"{"object":"list","data":[{"id":"Qwen/Qwen3.6-27B","object":"model","max_model_len":262144}]}"#,
+        )
+        .unwrap();
         assert_eq!(info.models, ["Qwen/Qwen3.6-27B"]);
         assert_eq!(info.max_model_len, Some(262144));
         let info = parse_models(r#"{"data":[{"id":"a"},{"id":"b"}]}"#).unwrap();
@@ -151,7 +190,9 @@ mod tests {
 
     #[test]
     fn refuses_other_shapes_with_the_body() {
-        let err = parse_models("<html>502 Bad Gateway</html>").unwrap_err().to_string();
+        let err = parse_models("<html>502 Bad Gateway</html>")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not JSON") && err.contains("502"), "{err}");
         let err = parse_models(r#"{"models": []}"#).unwrap_err().to_string();
         assert!(err.contains("no `data` list"), "{err}");
@@ -159,7 +200,13 @@ mod tests {
 
     #[test]
     fn urls_accept_a_trailing_v1() {
-        assert_eq!(models_url("http://127.0.0.1:30000"), "http://127.0.0.1:30000/v1/models");
-        assert_eq!(models_url("http://127.0.0.1:30000/v1/"), "http://127.0.0.1:30000/v1/models");
+        assert_eq!(
+            models_url("http://127.0.0.1:30000"),
+            "http://127.0.0.1:30000/v1/models"
+        );
+        assert_eq!(
+            models_url("http://127.0.0.1:30000/v1/"),
+            "http://127.0.0.1:30000/v1/models"
+        );
     }
 }

@@ -56,11 +56,23 @@ pub struct StepOutcome {
 
 impl StepOutcome {
     pub fn ok(details: Json) -> StepOutcome {
-        StepOutcome { status: Status::Ok, error: None, details, provides: HostVars::new(), stop_host: false }
+        StepOutcome {
+            status: Status::Ok,
+            error: None,
+            details,
+            provides: HostVars::new(),
+            stop_host: false,
+        }
     }
 
     pub fn failed(error: impl Into<String>, details: Json) -> StepOutcome {
-        StepOutcome { status: Status::Failed, error: Some(error.into()), details, provides: HostVars::new(), stop_host: true }
+        StepOutcome {
+            status: Status::Failed,
+            error: Some(error.into()),
+            details,
+            provides: HostVars::new(),
+            stop_host: true,
+        }
     }
 }
 
@@ -115,7 +127,10 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Step
     let result = match timeout {
         Some(limit) => match tokio::time::timeout(limit, work).await {
             Ok(result) => result,
-            Err(_) => Err(anyhow::anyhow!("timed out after {}", humantime::format_duration(limit))),
+            Err(_) => Err(anyhow::anyhow!(
+                "timed out after {}",
+                humantime::format_duration(limit)
+            )),
         },
         None => work.await,
     };
@@ -124,20 +139,31 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Step
 
 async fn dispatch(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Result<StepOutcome> {
     match &step.action {
-        Action::VerifyServer { url, model, wait, smoke, api_key_env } => {
-            verify_server::run(ctx, url, model.as_deref(), *wait, *smoke, api_key_env.as_deref()).await
-        }
-        Action::CopyScript { src, dest, mode, template } => {
-            copy_script::run(ctx, step, src, dest, *mode, *template, vars).await
-        }
-        Action::RunSweep { points, stop_on_failure } => {
-            run_sweep::run(ctx, step, points, *stop_on_failure).await
-        }
+        Action::VerifyServer {
+            url,
+            model,
+            wait,
+            smoke,
+            api_key_env,
+        } => verify_server::run(ctx, url, model.as_deref(), *wait, *smoke, api_key_env.as_deref()).await,
+        Action::CopyScript {
+            src,
+            dest,
+            mode,
+            template,
+        } => copy_script::run(ctx, step, src, dest, *mode, *template, vars).await,
+        Action::RunSweep {
+            points,
+            stop_on_failure,
+        } => run_sweep::run(ctx, step, points, *stop_on_failure).await,
         Action::FetchResults { src, records } => fetch_results::run(ctx, step, src, *records).await,
         Action::Shell { command } => shell::run(ctx, step, command).await,
-        Action::StartServer { command, url, wait, keep } => {
-            start_server::run(ctx, step, command, url, *wait, *keep).await
-        }
+        Action::StartServer {
+            command,
+            url,
+            wait,
+            keep,
+        } => start_server::run(ctx, step, command, url, *wait, *keep).await,
         Action::Deferred { reason } => Ok(StepOutcome::failed(
             format!("the step could not be planned: it {reason}, but no earlier step provided it"),
             json!(null),

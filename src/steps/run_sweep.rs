@@ -11,26 +11,57 @@ use crate::events::{Event, RecordStatus, Status};
 use crate::plan::{PlannedStep, Point};
 use crate::store::slug;
 
-pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, points: &[Point], stop_on_failure: bool) -> Result<StepOutcome> {
+pub async fn run(
+    ctx: &mut HostCtx,
+    step: &PlannedStep,
+    points: &[Point],
+    stop_on_failure: bool,
+) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
     let (mut ok, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
     for (n, point) in points.iter().enumerate() {
         let label = point.label();
         if let Some(reason) = &point.skip {
             skipped += 1;
-            ctx.record(step, &point.values, Default::default(), RecordStatus::Skipped, Some(reason.clone()));
-            finish_point(ctx, step, &label, RecordStatus::Skipped, None, Some(reason.clone()), Instant::now());
+            ctx.record(
+                step,
+                &point.values,
+                Default::default(),
+                RecordStatus::Skipped,
+                Some(reason.clone()),
+            );
+            finish_point(
+                ctx,
+                step,
+                &label,
+                RecordStatus::Skipped,
+                None,
+                Some(reason.clone()),
+                Instant::now(),
+            );
             continue;
         }
         let started = Instant::now();
-        ctx.emit(Event::PointStarted { host: ctx.host.clone(), step: step.name.clone(), point: label.clone() });
+        ctx.emit(Event::PointStarted {
+            host: ctx.host.clone(),
+            step: step.name.clone(),
+            point: label.clone(),
+        });
         let log_base = dir.join(format!("{:03}-{}", n + 1, slug(&label)));
         let mut on_stdout = |line: &str| {
             if let Some(metrics) = parse_record(line) {
                 ctx.record(step, &point.values, metrics, RecordStatus::Ok, None);
             }
         };
-        let end = run_logged(ctx, &point.command, &format!("{} {label}", step.name), &log_base, step.timeout, &mut on_stdout).await?;
+        let end = run_logged(
+            ctx,
+            &point.command,
+            &format!("{} {label}", step.name),
+            &log_base,
+            step.timeout,
+            &mut on_stdout,
+        )
+        .await?;
         match end.failure(step.timeout) {
             None => {
                 ok += 1;
@@ -42,8 +73,22 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, points: &[Point], stop_o
                     metrics.insert("exit_code".into(), code.into());
                 }
                 metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
-                ctx.record(step, &point.values, metrics, RecordStatus::Failed, Some(why.clone()));
-                finish_point(ctx, step, &label, RecordStatus::Failed, end.exit_code, Some(why.clone()), started);
+                ctx.record(
+                    step,
+                    &point.values,
+                    metrics,
+                    RecordStatus::Failed,
+                    Some(why.clone()),
+                );
+                finish_point(
+                    ctx,
+                    step,
+                    &label,
+                    RecordStatus::Failed,
+                    end.exit_code,
+                    Some(why.clone()),
+                    started,
+                );
                 failed.push(format!("{label}: {why}"));
                 if stop_on_failure {
                     break;
@@ -55,7 +100,12 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, points: &[Point], stop_o
     if failed.is_empty() {
         return Ok(StepOutcome::ok(details));
     }
-    let error = format!("{} of {} points failed ({})", failed.len(), points.len(), failed.join("; "));
+    let error = format!(
+        "{} of {} points failed ({})",
+        failed.len(),
+        points.len(),
+        failed.join("; ")
+    );
     Ok(StepOutcome {
         status: Status::Failed,
         error: Some(error),

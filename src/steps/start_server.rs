@@ -55,7 +55,10 @@ pub async fn run(
     let (task, remote_log) = if keep {
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
-        (Some(spawn_attached(ctx, command, &log_path, watch.clone())?), None)
+        (
+            Some(spawn_attached(ctx, command, &log_path, watch.clone())?),
+            None,
+        )
     };
     let endpoint = ctx.transport.http_endpoint(url).await?;
     let gone = {
@@ -64,7 +67,10 @@ pub async fn run(
             let w = watch.lock().ok()?;
             let ended = w.ended.clone()?;
             let tail: Vec<_> = w.tail.iter().rev().take(3).rev().cloned().collect();
-            Some(format!("the server exited ({ended}) before answering; its last lines: {}", tail.join(" | ")))
+            Some(format!(
+                "the server exited ({ended}) before answering; its last lines: {}",
+                tail.join(" | ")
+            ))
         }
     };
     let details = json!({
@@ -77,7 +83,10 @@ pub async fn run(
     match wait_until_up(&endpoint, wait, None, &gone).await {
         Ok((info, waited)) => {
             if let Some(task) = task {
-                ctx.servers.push(BackgroundServer { name: step.name.clone(), task });
+                ctx.servers.push(BackgroundServer {
+                    name: step.name.clone(),
+                    task,
+                });
             }
             let mut details = details;
             details["models"] = json!(info.models);
@@ -126,7 +135,13 @@ fn spawn_attached(
 
 /// Starts the server in its own session on the host, logging to a file there; returns that path.
 async fn start_detached(ctx: &HostCtx, step: &PlannedStep, command: &str) -> Result<String> {
-    let log = format!("{}/logs/{}-{:02}-{}.log", ctx.workdir, ctx.run_id, step.index + 1, crate::store::slug(&step.name));
+    let log = format!(
+        "{}/logs/{}-{:02}-{}.log",
+        ctx.workdir,
+        ctx.run_id,
+        step.index + 1,
+        crate::store::slug(&step.name)
+    );
     let q = shell_quote(&log);
     let launcher = format!(
         "mkdir -p \"$(dirname {q})\" && if command -v setsid >/dev/null 2>&1; then s=setsid; else s=nohup; fi; \

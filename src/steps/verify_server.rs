@@ -21,7 +21,12 @@ pub async fn run(
     let endpoint = ctx.transport.http_endpoint(url).await?;
     let (info, waited) = match wait_until_up(&endpoint, wait, api_key.as_deref(), &|| None).await {
         Ok(up) => up,
-        Err(e) => return Ok(StepOutcome::failed(format!("{url} on {}: {e:#}", ctx.host), json!({ "url": url }))),
+        Err(e) => {
+            return Ok(StepOutcome::failed(
+                format!("{url} on {}: {e:#}", ctx.host),
+                json!({ "url": url }),
+            ))
+        }
     };
     let mut details = json!({
         "url": url,
@@ -32,15 +37,24 @@ pub async fn run(
     });
     if let Some(model) = model {
         if !info.models.iter().any(|m| m == model) {
-            let served = if info.models.is_empty() { "nothing".to_string() } else { info.models.join(", ") };
+            let served = if info.models.is_empty() {
+                "nothing".to_string()
+            } else {
+                info.models.join(", ")
+            };
             return Ok(StepOutcome::failed(
-                format!("model `{model}` is not served at {url} on {}; it serves: {served}", ctx.host),
+                format!(
+                    "model `{model}` is not served at {url} on {}; it serves: {served}",
+                    ctx.host
+                ),
                 details,
             ));
         }
     }
     if smoke_test {
-        let model = model.or(info.models.first().map(String::as_str)).unwrap_or_default();
+        let model = model
+            .or(info.models.first().map(String::as_str))
+            .unwrap_or_default();
         match smoke(&endpoint, model, api_key.as_deref()).await {
             Ok(reply) => details["smoke"] = reply,
             Err(e) => return Ok(StepOutcome::failed(format!("{e:#}"), details)),
@@ -55,7 +69,9 @@ pub async fn run(
 pub fn api_key(env_name: Option<&str>) -> Result<Option<String>> {
     env_name
         .map(|name| {
-            std::env::var(name).with_context(|| format!("api_key_env names `{name}`, but that environment variable is not set"))
+            std::env::var(name).with_context(|| {
+                format!("api_key_env names `{name}`, but that environment variable is not set")
+            })
         })
         .transpose()
 }

@@ -78,7 +78,12 @@ impl Manifest {
             Event::HostConnected { host, facts } => {
                 self.host(host).facts = facts.clone();
             }
-            Event::StepStarted { host, index, name, kind } => {
+            Event::StepStarted {
+                host,
+                index,
+                name,
+                kind,
+            } => {
                 self.host(host).steps.push(StepEntry {
                     index: *index,
                     name: name.clone(),
@@ -90,7 +95,14 @@ impl Manifest {
                     details: Json::Null,
                 });
             }
-            Event::StepFinished { host, index, status, error, details, .. } => {
+            Event::StepFinished {
+                host,
+                index,
+                status,
+                error,
+                details,
+                ..
+            } => {
                 if let Some(step) = self.host(host).steps.iter_mut().rev().find(|s| s.index == *index) {
                     step.status = *status;
                     step.error = error.clone();
@@ -98,7 +110,12 @@ impl Manifest {
                     step.finished_at = Some(now);
                 }
             }
-            Event::HostFinished { host, status, failed_step, error } => {
+            Event::HostFinished {
+                host,
+                status,
+                failed_step,
+                error,
+            } => {
                 let entry = self.host(host);
                 entry.status = Some(*status);
                 entry.failed_step = failed_step.clone();
@@ -148,7 +165,10 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         .collect();
     Manifest {
         run_id: run_id.to_string(),
-        tool: Tool { name: "rigrun".into(), version: env!("CARGO_PKG_VERSION").into() },
+        tool: Tool {
+            name: "rigrun".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         playbook: PlaybookInfo {
             path: config.playbook_path.display().to_string(),
             name: config.playbook.name.value.clone(),

@@ -21,7 +21,13 @@ pub struct RunDir {
 pub fn slug(text: &str) -> String {
     let s: String = text
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._=-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._=-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let s = s.trim_matches('.').to_string();
     if s.is_empty() {
@@ -36,7 +42,8 @@ impl RunDir {
     pub fn create(runs_dir: &Path, manifest: Manifest) -> Result<RunDir> {
         std::fs::create_dir_all(runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
         let path = runs_dir.join(&manifest.run_id);
-        std::fs::create_dir(&path).with_context(|| format!("cannot create the run directory {}", path.display()))?;
+        std::fs::create_dir(&path)
+            .with_context(|| format!("cannot create the run directory {}", path.display()))?;
         let open = |name: &str| {
             OpenOptions::new()
                 .create(true)
@@ -44,7 +51,12 @@ impl RunDir {
                 .open(path.join(name))
                 .with_context(|| format!("cannot create {}", path.join(name).display()))
         };
-        let dir = RunDir { events: open("events.jsonl")?, records: open("records.jsonl")?, path, manifest };
+        let dir = RunDir {
+            events: open("events.jsonl")?,
+            records: open("records.jsonl")?,
+            path,
+            manifest,
+        };
         dir.write_manifest()?;
         Ok(dir)
     }
@@ -136,7 +148,10 @@ mod tests {
 
     #[test]
     fn slugs_are_file_name_safe() {
-        assert_eq!(slug("concurrency=16 input_len=1000"), "concurrency=16_input_len=1000");
+        assert_eq!(
+            slug("concurrency=16 input_len=1000"),
+            "concurrency=16_input_len=1000"
+        );
         assert_eq!(slug("../etc"), "_etc");
         assert_eq!(slug(".."), "_");
         assert_eq!(slug("a/b"), "a_b");

@@ -18,7 +18,9 @@ pub struct LocalTransport {
 
 impl LocalTransport {
     pub fn new() -> LocalTransport {
-        LocalTransport { permits: super::channel_limit() }
+        LocalTransport {
+            permits: super::channel_limit(),
+        }
     }
 
     pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
@@ -43,19 +45,25 @@ impl LocalTransport {
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        tokio::fs::read(path).await.with_context(|| format!("cannot read {path}"))
+        tokio::fs::read(path)
+            .await
+            .with_context(|| format!("cannot read {path}"))
     }
 
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
         let path = Path::new(path);
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut tmp = tempfile::Builder::new()
             .prefix(".rigrun-upload-")
             .tempfile_in(dir)
             .with_context(|| format!("cannot write in {}", dir.display()))?;
         tmp.write_all(data)?;
-        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
         tmp.persist(path)
             .with_context(|| format!("cannot rename the upload to {}", path.display()))?;
         Ok(())

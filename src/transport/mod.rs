@@ -24,7 +24,7 @@ use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 pub const MAX_CHANNELS_PER_HOST: usize = 8;
 
 pub enum Transport {
-    Ssh(SshTransport),
+    Ssh(Box<SshTransport>),
     Local(LocalTransport),
 }
 
@@ -46,7 +46,9 @@ impl Transport {
     ) -> Result<Transport> {
         Ok(match spec.connection {
             Connection::Local => Transport::Local(LocalTransport::new()),
-            Connection::Ssh => Transport::Ssh(SshTransport::connect(host, spec, policy, control_dir).await?),
+            Connection::Ssh => Transport::Ssh(Box::new(
+                SshTransport::connect(host, spec, policy, control_dir).await?,
+            )),
         })
     }
 
@@ -65,7 +67,11 @@ impl Transport {
         let mut err = String::new();
         let code = self
             .exec(command, &mut |stream, line| {
-                let buf = if stream == Stream::Stdout { &mut out } else { &mut err };
+                let buf = if stream == Stream::Stdout {
+                    &mut out
+                } else {
+                    &mut err
+                };
                 buf.push_str(line);
                 buf.push('\n');
             })

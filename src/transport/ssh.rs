@@ -90,7 +90,12 @@ impl SshTransport {
         let stderr = child.stderr().take().context("no stderr channel")?;
         let code = wrapper::drive(stdout, stderr, &marker, on_line).await?;
         let _ = child.wait().await;
-        code.ok_or_else(|| anyhow!("the connection to {} broke before the command finished", self.host))
+        code.ok_or_else(|| {
+            anyhow!(
+                "the connection to {} broke before the command finished",
+                self.host
+            )
+        })
     }
 
     async fn sftp(&self) -> Result<Arc<Sftp>> {
@@ -102,7 +107,12 @@ impl SshTransport {
         let resumed = Session::resume_mux(session.control_socket().into(), None);
         let sftp = Sftp::from_session(resumed, SftpOptions::default())
             .await
-            .with_context(|| format!("cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)", self.host))?;
+            .with_context(|| {
+                format!(
+                    "cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)",
+                    self.host
+                )
+            })?;
         let sftp = Arc::new(sftp);
         *guard = Some(sftp.clone());
         Ok(sftp)
@@ -123,12 +133,18 @@ impl SshTransport {
         let target = sftp_path(path);
         let dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut fs = sftp.fs();
-        create_dirs(&mut fs, &dir).await.with_context(|| format!("cannot create {} on {}", dir.display(), self.host))?;
+        create_dirs(&mut fs, &dir)
+            .await
+            .with_context(|| format!("cannot create {} on {}", dir.display(), self.host))?;
         let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("upload");
         let tmp = dir.join(format!(".{name}.rigrun-{}", &wrapper::new_marker()[14..22]));
         let result = async {
             fs.write(&tmp, data).await?;
-            fs.set_permissions(&tmp, openssh_sftp_client::metadata::Permissions::from(mode as u16)).await?;
+            fs.set_permissions(
+                &tmp,
+                openssh_sftp_client::metadata::Permissions::from(mode as u16),
+            )
+            .await?;
             fs.rename(&tmp, &target).await
         }
         .await;
@@ -150,13 +166,21 @@ impl SshTransport {
         session
             .request_port_forward(
                 ForwardType::Local,
-                Socket::UnixSocket { path: socket_path.clone().into() },
-                Socket::TcpSocket { host: host.clone().into(), port },
+                Socket::UnixSocket {
+                    path: socket_path.clone().into(),
+                },
+                Socket::TcpSocket {
+                    host: host.clone().into(),
+                    port,
+                },
             )
             .await
             .with_context(|| format!("cannot forward to {host}:{port} on {} through SSH", self.host))?;
         let client = super::http_client(reqwest::Client::builder().unix_socket(socket_path))?;
-        Ok(HttpEndpoint { client, base_url: url.to_string() })
+        Ok(HttpEndpoint {
+            client,
+            base_url: url.to_string(),
+        })
     }
 
     pub async fn close(&self) {
@@ -166,7 +190,13 @@ impl SshTransport {
             }
         }
         let _ = tokio::process::Command::new("ssh")
-            .args(["-S", &self.master.control.to_string_lossy(), "-O", "exit", "rigrun-master"])
+            .args([
+                "-S",
+                &self.master.control.to_string_lossy(),
+                "-O",
+                "exit",
+                "rigrun-master",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -244,7 +274,13 @@ impl MasterSpec {
             spec.port.map(|p| format!(":{p}")).unwrap_or_default()
         );
         args.extend(["--".into(), address]);
-        MasterSpec { args, control, log, dir: dir.to_path_buf(), describe }
+        MasterSpec {
+            args,
+            control,
+            log,
+            dir: dir.to_path_buf(),
+            describe,
+        }
     }
 
     /// Starts the master and attaches to it, or explains why it could not connect.
@@ -263,16 +299,22 @@ impl MasterSpec {
         .await;
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         match status {
-            Err(_) => bail!("no answer from {} within {}s", self.describe, CONNECT_DEADLINE.as_secs()),
+            Err(_) => bail!(
+                "no answer from {} within {}s",
+                self.describe,
+                CONNECT_DEADLINE.as_secs()
+            ),
             Ok(Err(e)) => bail!("cannot run ssh ({e}); is the OpenSSH client installed?"),
             Ok(Ok(s)) if !s.success() => bail!("{}", explain_ssh_failure(&self.describe, &log)),
             Ok(Ok(_)) => {}
         }
         let session = Session::resume_mux(self.control.clone().into(), Some(self.log.clone().into()));
-        session
-            .check()
-            .await
-            .map_err(|e| anyhow!("connected to {} but cannot use the connection: {e}", self.describe))?;
+        session.check().await.map_err(|e| {
+            anyhow!(
+                "connected to {} but cannot use the connection: {e}",
+                self.describe
+            )
+        })?;
         Ok(session)
     }
 }
@@ -286,7 +328,12 @@ fn expand_home(path: &str) -> String {
 
 /// Turns ssh's own words into one sentence that says what went wrong and what to do.
 pub fn explain_ssh_failure(target: &str, log: &str) -> String {
-    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     let has = |s: &str| log.contains(s);
     if has("REMOTE HOST IDENTIFICATION HAS CHANGED") {
         format!(
@@ -294,7 +341,10 @@ pub fn explain_ssh_failure(target: &str, log: &str) -> String {
              If the host was reinstalled, remove the old key (ssh-keygen -R ADDRESS) and connect again; otherwise \
              someone may be intercepting the connection"
         )
-    } else if has("Host key verification failed") || has("No ED25519 host key is known") || has("host key is known") {
+    } else if has("Host key verification failed")
+        || has("No ED25519 host key is known")
+        || has("host key is known")
+    {
         format!(
             "host key verification failed for {target}: its key is not in known_hosts. Check the key, then add it \
              (ssh-keyscan -p PORT ADDRESS >> ~/.ssh/known_hosts), or set `known_hosts: accept-new` in the inventory \
@@ -326,10 +376,15 @@ mod tests {
     fn explains_the_common_failures() {
         let t = "root@gpu:22";
         assert!(explain_ssh_failure(t, "Host key verification failed.\r\n").contains("accept-new"));
-        assert!(explain_ssh_failure(t, "@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @\nHost key verification failed.")
-            .contains("CHANGED"));
+        assert!(explain_ssh_failure(
+            t,
+            "@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @\nHost key verification failed."
+        )
+        .contains("CHANGED"));
         assert!(explain_ssh_failure(t, "root@gpu: Permission denied (publickey).").contains("identity_file"));
-        assert!(explain_ssh_failure(t, "ssh: connect to host gpu port 22: Connection refused").contains("sshd"));
+        assert!(
+            explain_ssh_failure(t, "ssh: connect to host gpu port 22: Connection refused").contains("sshd")
+        );
         assert!(explain_ssh_failure(t, "odd\n").ends_with("odd"));
     }
 

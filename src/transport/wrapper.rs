@@ -31,7 +31,12 @@ pub fn new_marker() -> String {
 
 /// The arguments after `sh -c` that run `command` under the wrapper.
 pub fn wrapper_args(command: &str, marker: &str) -> [String; 4] {
-    [WRAPPER.to_string(), "rigrun".to_string(), command.to_string(), marker.to_string()]
+    [
+        WRAPPER.to_string(),
+        "rigrun".to_string(),
+        command.to_string(),
+        marker.to_string(),
+    ]
 }
 
 /// One shell command line that runs `command` under the wrapper (for SSH, whose remote side
@@ -109,7 +114,10 @@ mod tests {
     #[test]
     fn marker_splits_partial_lines() {
         assert_eq!(split_marker("__m__ 7", "__m__"), Some(("", Some(7))));
-        assert_eq!(split_marker("no newline__m__ 0", "__m__"), Some(("no newline", Some(0))));
+        assert_eq!(
+            split_marker("no newline__m__ 0", "__m__"),
+            Some(("no newline", Some(0)))
+        );
         assert_eq!(split_marker("plain", "__m__"), None);
     }
 
@@ -156,7 +164,9 @@ mod tests {
         assert!(lines.contains(&(Stream::Stderr, "err".into())));
         let (lines, code) = run_local("no-such-command-here", None).await;
         assert_eq!(code, Some(127));
-        assert!(lines.iter().any(|(s, l)| *s == Stream::Stderr && l.contains("not found")));
+        assert!(lines
+            .iter()
+            .any(|(s, l)| *s == Stream::Stderr && l.contains("not found")));
     }
 
     #[tokio::test]
@@ -171,6 +181,9 @@ mod tests {
         assert_ne!(code, Some(0));
         assert!(!lines.iter().any(|(_, l)| l == "unreachable"));
         let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
-        assert!(crate::testutil::wait_until_gone(&pid), "the background sleep {pid} survived");
+        assert!(
+            crate::testutil::wait_until_gone(&pid),
+            "the background sleep {pid} survived"
+        );
     }
 }

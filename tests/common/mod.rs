@@ -14,7 +14,10 @@ pub const SSHD: &str = "/usr/sbin/sshd";
 
 /// Runs a command and panics with its output when it fails.
 pub fn sh(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
     assert!(
         out.status.success(),
         "{program} {args:?} failed: {}{}",
@@ -33,11 +36,18 @@ pub fn rigrun() -> Command {
 
 /// Runs rigrun with `args` in `dir`.
 pub fn run_rigrun(dir: &Path, args: &[&str]) -> Output {
-    rigrun().current_dir(dir).args(args).output().expect("cannot run rigrun")
+    rigrun()
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("cannot run rigrun")
 }
 
 pub fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A client key pair for the tests' logins.
@@ -49,7 +59,20 @@ pub struct ClientKey {
 impl ClientKey {
     pub fn new(dir: &Path) -> ClientKey {
         let private = dir.join("client_key");
-        sh("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-C", "rigrun-test", "-f", private.to_str().unwrap()]);
+        sh(
+            "ssh-keygen",
+            &[
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "rigrun-test",
+                "-f",
+                private.to_str().unwrap(),
+            ],
+        );
         let public = std::fs::read_to_string(private.with_extension("pub")).unwrap();
         ClientKey { private, public }
     }
@@ -65,7 +88,11 @@ pub struct Sshd {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Sshd {
@@ -79,7 +106,14 @@ impl Sshd {
         Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name))
     }
 
-    fn start_at(dir: &Path, name: &str, key: &ClientKey, address: &str, port: u16, netns: Option<&str>) -> Sshd {
+    fn start_at(
+        dir: &Path,
+        name: &str,
+        key: &ClientKey,
+        address: &str,
+        port: u16,
+        netns: Option<&str>,
+    ) -> Sshd {
         assert!(
             Path::new(SSHD).exists(),
             "{SSHD} is missing: install openssh-server (apt-get install -y openssh-server); .ci/run does"
@@ -88,7 +122,10 @@ impl Sshd {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::create_dir_all("/run/sshd").unwrap();
         let host_key = dir.join("host_key");
-        sh("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", host_key.to_str().unwrap()]);
+        sh(
+            "ssh-keygen",
+            &["-q", "-t", "ed25519", "-N", "", "-f", host_key.to_str().unwrap()],
+        );
         let authorized = dir.join("authorized_keys");
         std::fs::write(&authorized, &key.public).unwrap();
         let config = dir.join("sshd_config");
@@ -122,7 +159,13 @@ impl Sshd {
             .spawn()
             .expect("cannot start sshd");
         let host_key_public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
-        let mut sshd = Sshd { address: address.to_string(), port, dir, host_key_public, child };
+        let mut sshd = Sshd {
+            address: address.to_string(),
+            port,
+            dir,
+            host_key_public,
+            child,
+        };
         sshd.wait_listening();
         sshd
     }
@@ -139,7 +182,10 @@ impl Sshd {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("sshd did not listen on {}:{} within 15 s", self.address, self.port);
+        panic!(
+            "sshd did not listen on {}:{} within 15 s",
+            self.address, self.port
+        );
     }
 
     /// The known_hosts line for this server.
@@ -149,7 +195,14 @@ impl Sshd {
     }
 
     /// An inventory entry (YAML, indented for `hosts:`) that reaches this server.
-    pub fn inventory_entry(&self, name: &str, key: &ClientKey, known_hosts: &Path, workdir: &Path, extra: &str) -> String {
+    pub fn inventory_entry(
+        &self,
+        name: &str,
+        key: &ClientKey,
+        known_hosts: &Path,
+        workdir: &Path,
+        extra: &str,
+    ) -> String {
         format!(
             "  {name}:\n    address: {}\n    port: {}\n    user: {}\n    identity_file: {}\n    workdir: {}\n\
              \x20   ssh_options: {{UserKnownHostsFile: {}, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: \"yes\"}}\n{extra}",
@@ -197,8 +250,15 @@ impl Netns {
         let subnet = format!("10.{}.{}", 200 + (pid % 50), n * 4);
         let (host_ip, ns_ip) = (format!("{subnet}.1"), format!("{subnet}.2"));
         sh("ip", &["netns", "add", &name]);
-        let netns = Netns { name: name.clone(), host_ip: host_ip.clone(), ns_ip: ns_ip.clone() };
-        sh("ip", &["link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        let netns = Netns {
+            name: name.clone(),
+            host_ip: host_ip.clone(),
+            ns_ip: ns_ip.clone(),
+        };
+        sh(
+            "ip",
+            &["link", "add", &outer, "type", "veth", "peer", "name", &inner],
+        );
         sh("ip", &["link", "set", &inner, "netns", &name]);
         sh("ip", &["addr", "add", &format!("{host_ip}/30"), "dev", &outer]);
         sh("ip", &["link", "set", &outer, "up"]);
@@ -240,7 +300,10 @@ pub fn wait_until_gone(pid: &str) -> bool {
 
 /// The single run directory under `runs`.
 pub fn only_run_dir(runs: &Path) -> PathBuf {
-    let dirs: Vec<PathBuf> = std::fs::read_dir(runs).unwrap().map(|e| e.unwrap().path()).collect();
+    let dirs: Vec<PathBuf> = std::fs::read_dir(runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(dirs.len(), 1, "expected one run directory, found {dirs:?}");
     dirs.into_iter().next().unwrap()
 }

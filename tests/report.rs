@@ -1,0 +1,194 @@
+//! `show` and `compare` on run directories produced by real runs (local hosts).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+const INVENTORY: &str = r#"
+hosts:
+  fast:
+    connection: local
+    labels: {gpu: "8x RTX PRO 6000 Blackwell"}
+    vars: {speed: 200}
+  slow:
+    connection: local
+    labels: {gpu: "RTX A6000"}
+    vars: {speed: 100}
+"#;
+
+const PLAYBOOK: &str = r#"
+name: local-sweep
+vars: {cap: 8}
+steps:
+  - run-sweep:
+      matrix: {concurrency: [1, 4, 16]}
+      skip_if: concurrency > cap
+      command: >-
+        echo '{"output_throughput": {{ concurrency * speed * factor }}, "mean_ttft_ms": {{ 10 * concurrency }}}'
+"#;
+
+/// Runs the playbook once with `factor`, returns the new run directory.
+fn run_once(dir: &Path, factor: f64) -> PathBuf {
+    let before: Vec<PathBuf> = list(dir);
+    let out = run_rigrun(
+        dir,
+        &[
+            "run",
+            "sweep.yaml",
+            "-e",
+            &format!("factor={factor}"),
+            "--runs-dir",
+            "runs",
+        ],
+    );
+    assert!(out.status.success(), "{:?}", text(&out));
+    list(dir)
+        .into_iter()
+        .find(|d| !before.contains(d))
+        .expect("a new run directory")
+}
+
+fn list(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir.join("runs"))
+        .map(|r| r.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hosts.yaml"), INVENTORY).unwrap();
+    std::fs::write(dir.path().join("sweep.yaml"), PLAYBOOK).unwrap();
+    dir
+}
+
+fn show(run: &Path, format: &str) -> String {
+    let out = rigrun()
+        .args(["show", run.to_str().unwrap(), "--format", format])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    text(&out).0
+}
+
+#[test]
+fn show_prints_points_by_hosts_in_every_format() {
+    let dir = setup();
+    let run = run_once(dir.path(), 1.0);
+
+    let table = show(&run, "table");
+    assert!(table.contains("fast: gpu: 8x RTX PRO 6000 Blackwell"), "{table}");
+    assert!(table.contains("output_throughput"), "{table}");
+    let row = table.lines().find(|l| l.contains("concurrency=4")).unwrap();
+    assert!(row.contains("800") && row.contains("400"), "{row}");
+    let row = table.lines().find(|l| l.contains("concurrency=16")).unwrap();
+    assert!(row.contains("skipped [1]"), "{row}");
+    assert!(table.contains("[1] concurrency = 16 > cap = 8"), "{table}");
+
+    let md = show(&run, "markdown");
+    assert!(md.contains("| point | fast | slow |"), "{md}");
+    assert!(md.contains("| concurrency=1 | 200 | 100 |"), "{md}");
+
+    let csv = show(&run, "csv");
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "table,metric,row,column,value,status,reason"
+    );
+    assert!(
+        csv.lines().any(|l| l.ends_with(",concurrency=4,fast,800,ok,")),
+        "{csv}"
+    );
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",concurrency=16,slow,,skipped,concurrency = 16 > cap = 8")),
+        "{csv}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&show(&run, "json")).unwrap();
+    assert_eq!(json[0]["metric"], "output_throughput");
+    assert_eq!(json[0]["columns"], serde_json::json!(["point", "fast", "slow"]));
+    assert_eq!(
+        json[0]["rows"][1][1],
+        serde_json::json!({"status": "value", "value": 800.0})
+    );
+    assert_eq!(json[0]["rows"][2][2]["status"], "skipped");
+
+    let out = rigrun()
+        .args(["show", run.to_str().unwrap(), "--metric", "mean_ttft_ms"])
+        .output()
+        .unwrap();
+    assert!(text(&out)
+        .0
+        .lines()
+        .any(|l| l.contains("concurrency=4") && l.contains("40")));
+}
+
+#[test]
+fn compare_gives_ratios_within_a_run_and_changes_across_runs() {
+    let dir = setup();
+    let first = run_once(dir.path(), 1.0);
+    let out = rigrun()
+        .args(["compare", first.to_str().unwrap(), "--format", "markdown"])
+        .output()
+        .unwrap();
+    let (md, _) = text(&out);
+    assert!(md.contains("| point | fast | slow | slow / fast |"), "{md}");
+    assert!(md.contains("| concurrency=4 | 800 | 400 | ×0.50 |"), "{md}");
+
+    let out = rigrun()
+        .args([
+            "compare",
+            first.to_str().unwrap(),
+            "--baseline",
+            "slow",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(text(&out).0.contains("fast / slow,2.0000,x,"), "{:?}", text(&out));
+
+    let out = rigrun()
+        .args(["compare", first.to_str().unwrap(), "--baseline", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out)
+        .1
+        .contains("no such host in the run (hosts: fast, slow)"));
+
+    let second = run_once(dir.path(), 0.9);
+    let out = rigrun()
+        .args([
+            "compare",
+            first.to_str().unwrap(),
+            second.to_str().unwrap(),
+            "--format",
+            "csv",
+        ])
+        .output()
+        .unwrap();
+    let (csv, _) = text(&out);
+    let change = csv
+        .lines()
+        .find(|l| l.contains(",concurrency=4,fast Δ"))
+        .expect("a change column");
+    assert!(change.contains(",-10.0000,%,"), "{change}");
+}
+
+#[test]
+fn show_refuses_what_is_not_a_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rigrun()
+        .args(["show", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).1.contains("is not a run directory"),
+        "{:?}",
+        text(&out)
+    );
+}
