@@ -378,3 +378,47 @@ fn a_server_that_never_answers_fails_verify_with_the_last_error() {
     let steps = manifest["hosts"]["a"]["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 1, "the host stops at the failed step");
 }
+
+#[test]
+fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    let pid_file = env.path().join("sleep.pid");
+    env.write(
+        "long.yaml",
+        &format!(
+            "name: long\nsteps:\n  - run-sweep:\n      matrix: {{n: [1, 2]}}\n      \
+             command: \"echo '{{\\\"x\\\": {{{{ n }}}}}}'; sleep 300 & echo $! > {}.{{{{ n }}}}; wait\"\n",
+            pid_file.display()
+        ),
+    );
+    let runs = env.path().join("runs");
+    let mut child = rigrun()
+        .current_dir(env.path())
+        .args(["run", "long.yaml", "--runs-dir", runs.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = env.path().join("sleep.pid.1");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !first.exists() || std::fs::read_to_string(&first).unwrap().trim().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the first point never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    sh("kill", &["-INT", &child.id().to_string()]);
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let pid = std::fs::read_to_string(&first).unwrap().trim().to_string();
+    assert!(wait_until_gone(&pid), "the remote sleep {pid} survived Ctrl-C");
+    assert!(!env.path().join("sleep.pid.2").exists(), "the sweep went on after Ctrl-C");
+    let run_dir = only_run_dir(&runs);
+    let recs = records(&run_dir);
+    assert!(recs.iter().any(|r| r["metrics"]["x"] == 1), "the record measured before Ctrl-C is kept");
+    let manifest = manifest(&run_dir);
+    assert_eq!(manifest["status"], "interrupted");
+    assert_eq!(manifest["hosts"]["a"]["steps"][0]["status"], "interrupted");
+}
