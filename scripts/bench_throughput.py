@@ -43,7 +43,8 @@ timestamps; without ``--stream`` the client does almost no work per token.
 
 Exit status: 0 when every level ran (failed requests are reported in the
 JSON, under ``failed`` and ``errors``); 1, with one line on stderr, when the
-server cannot be reached, lists no model, or the results cannot be written;
+server cannot be reached, lists no model, the results cannot be written, or
+a level completed no request at all (its JSON line is still printed);
 2 for bad arguments; 130 on Ctrl-C.
 
 Example::
@@ -745,8 +746,16 @@ def run(args: argparse.Namespace) -> int:
     raise_open_file_limit(max(args.concurrency) + 64)
     threading.stack_size(THREAD_STACK_BYTES)
     body = build_request_body(model, args)
+    empty = []
     for concurrency in args.concurrency:
-        emit(run_level(args, model, body, concurrency), args.out_dir)
+        metrics = run_level(args, model, body, concurrency)
+        emit(metrics, args.out_dir)
+        if not metrics["completed"]:
+            empty.append(str(concurrency))
+    if empty:
+        # A level with no completed request measured nothing: the caller must see a failure.
+        log("%s: no request completed at concurrency %s" % (PROG, ", ".join(empty)))
+        return 1
     return 0
 
 

@@ -37,6 +37,9 @@ pub enum Command {
     Show(ShowArgs),
     /// Compare hosts within a run (ratio columns) or the same hosts across runs (change in %).
     Compare(CompareArgs),
+    /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
+    /// demos and for testing playbooks without GPUs.
+    Sim(crate::sim::SimArgs),
 }
 
 #[derive(Args, Debug, Clone)]

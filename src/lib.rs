@@ -12,6 +12,7 @@ pub mod facts;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod sim;
 pub mod steps;
 pub mod store;
 pub mod transport;

@@ -20,12 +20,13 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match &cli.command {
-            Command::Run(args) => commands::run(args).await,
-            Command::Check(args) => commands::check(args),
-            Command::Plan(args) => commands::plan(args),
-            Command::Show(args) => commands::show(args),
-            Command::Compare(args) => commands::compare(args),
+        match cli.command {
+            Command::Run(args) => commands::run(&args).await,
+            Command::Check(args) => commands::check(&args),
+            Command::Plan(args) => commands::plan(&args),
+            Command::Show(args) => commands::show(&args),
+            Command::Compare(args) => commands::compare(&args),
+            Command::Sim(args) => rigrun::sim::run(args).await.map(|()| ExitCode::SUCCESS),
         }
     });
     result.unwrap_or_else(|err| {

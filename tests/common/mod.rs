@@ -191,7 +191,9 @@ impl Sshd {
     /// The known_hosts line for this server.
     pub fn known_hosts_line(&self) -> String {
         let key: Vec<&str> = self.host_key_public.split_whitespace().take(2).collect();
-        format!("[{}]:{} {}\n", self.address, self.port, key.join(" "))
+        // ssh writes the bare address for port 22 and `[address]:port` otherwise.
+        let host = if self.port == 22 { self.address.clone() } else { format!("[{}]:{}", self.address, self.port) };
+        format!("{host} {}\n", key.join(" "))
     }
 
     /// An inventory entry (YAML, indented for `hosts:`) that reaches this server.

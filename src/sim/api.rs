@@ -1,0 +1,661 @@
+//! The OpenAI wire format as vLLM and SGLang speak it: request parsing and validation,
+//! responses, pre-serialised stream chunks, and errors.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::tokens::{self, Completion, FinishReason};
+
+/// Default `max_tokens` of `/v1/completions` (vLLM's and OpenAI's).
+const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
+
+/// An error response: `{"error": {"message", "type", "param", "code"}}` with a matching status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400: the request is malformed or asks for too much.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    /// 404: no such model or route.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    /// The error's `type`, named as vLLM names it.
+    fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::BAD_REQUEST => "BadRequestError",
+            StatusCode::NOT_FOUND => "NotFoundError",
+            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowedError",
+            _ => "InternalServerError",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {
+            "message": self.message,
+            "type": self.kind(),
+            "param": null,
+            "code": self.status.as_u16(),
+        }});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The model a server serves, as `/v1/models` lists it.
+#[derive(Debug, Clone)]
+pub struct ServedModel {
+    pub id: String,
+    pub owned_by: String,
+    pub max_model_len: u32,
+    /// Unix time the server started.
+    pub created: u64,
+}
+
+impl ServedModel {
+    /// The `/v1/models` body.
+    pub fn list(&self) -> Value {
+        serde_json::json!({"object": "list", "data": [{
+            "id": self.id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": self.owned_by,
+            "root": self.id,
+            "parent": null,
+            "max_model_len": self.max_model_len,
+        }]})
+    }
+
+    /// 404 unless `requested` (when given) is this model.
+    fn check(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            Some(name) if name != self.id => Err(ApiError::not_found(format!(
+                "The model `{name}` does not exist."
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Which endpoint a request came to; decides the response shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+impl Endpoint {
+    /// Prefix of response ids.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            Self::Completions => "cmpl",
+            Self::Chat => "chatcmpl",
+        }
+    }
+
+    fn object(self) -> &'static str {
+        match self {
+            Self::Completions => "text_completion",
+            Self::Chat => "chat.completion",
+        }
+    }
+
+    fn chunk_object(self) -> &'static str {
+        match self {
+            Self::Completions => "text_completion",
+            Self::Chat => "chat.completion.chunk",
+        }
+    }
+}
+
+/// One prompt of a request, tokenised and with its output budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptJob {
+    pub ids: Vec<u32>,
+    pub max_tokens: u32,
+}
+
+/// A validated generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub endpoint: Endpoint,
+    /// One per choice (a batch of completion prompts gives several).
+    pub prompts: Vec<PromptJob>,
+    pub ignore_eos: bool,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub seed: Option<u64>,
+}
+
+impl Generation {
+    /// Plans the output of choice `index` (`natural` is the profile's EOS length range).
+    pub fn plan(&self, index: usize, natural: (u32, u32)) -> Completion {
+        let prompt = &self.prompts[index];
+        let seed = tokens::request_seed(&prompt.ids, self.seed);
+        let eos_at = (!self.ignore_eos).then(|| tokens::natural_length(seed, natural.0, natural.1));
+        Completion::plan(seed, prompt.max_tokens, eos_at, &self.stop)
+    }
+}
+
+/// Fields both endpoints take.
+#[derive(Debug, Deserialize)]
+struct Options {
+    model: Option<String>,
+    max_tokens: Option<u32>,
+    ignore_eos: Option<bool>,
+    temperature: Option<f64>,
+    #[serde(default, deserialize_with = "one_or_many")]
+    stop: Vec<String>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionBody {
+    #[serde(deserialize_with = "prompts")]
+    prompt: Vec<Vec<u32>>,
+    #[serde(flatten)]
+    options: Options,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatBody {
+    messages: Vec<Message>,
+    /// The newer name of `max_tokens`.
+    max_completion_tokens: Option<u32>,
+    #[serde(flatten)]
+    options: Options,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Message content: a string, or parts of which the `text` ones count.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl Message {
+    /// The text that counts as the message's content.
+    fn text(&self) -> String {
+        match &self.content {
+            None => String::new(),
+            Some(Content::Text(text)) => text.clone(),
+            Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_deref()).collect(),
+        }
+    }
+}
+
+/// Parses a `/v1/completions` body.
+pub fn parse_completion(body: &[u8], served: &ServedModel) -> Result<Generation, ApiError> {
+    let req: CompletionBody = from_json(body)?;
+    let max_tokens = req
+        .options
+        .max_tokens
+        .unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS);
+    let prompts = req
+        .prompt
+        .into_iter()
+        .map(|ids| PromptJob { ids, max_tokens })
+        .collect();
+    build(Endpoint::Completions, prompts, req.options, served)
+}
+
+/// Parses a `/v1/chat/completions` body; without a limit, a reply may fill the context.
+pub fn parse_chat(body: &[u8], served: &ServedModel) -> Result<Generation, ApiError> {
+    let req: ChatBody = from_json(body)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty"));
+    }
+    let texts: Vec<String> = req.messages.iter().map(Message::text).collect();
+    let ids = tokens::chat_ids(
+        req.messages
+            .iter()
+            .map(|m| m.role.as_str())
+            .zip(texts.iter().map(String::as_str)),
+    );
+    let room = served.max_model_len.saturating_sub(ids.len() as u32).max(1);
+    let max_tokens = req
+        .max_completion_tokens
+        .or(req.options.max_tokens)
+        .unwrap_or(room);
+    build(
+        Endpoint::Chat,
+        vec![PromptJob { ids, max_tokens }],
+        req.options,
+        served,
+    )
+}
+
+/// Deserialises JSON, turning any failure into a 400 that quotes serde's reason.
+fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+}
+
+/// Checks the shared options and the lengths, and assembles the request.
+fn build(
+    endpoint: Endpoint,
+    prompts: Vec<PromptJob>,
+    options: Options,
+    served: &ServedModel,
+) -> Result<Generation, ApiError> {
+    served.check(options.model.as_deref())?;
+    if let Some(t) = options
+        .temperature
+        .filter(|t| !(t.is_finite() && *t >= 0.0))
+    {
+        return Err(ApiError::bad_request(format!(
+            "temperature must be a non-negative number, got {t}"
+        )));
+    }
+    for prompt in &prompts {
+        check_length(prompt, served.max_model_len)?;
+    }
+    Ok(Generation {
+        endpoint,
+        prompts,
+        ignore_eos: options.ignore_eos.unwrap_or(false),
+        stop: options.stop,
+        stream: options.stream.unwrap_or(false),
+        include_usage: options
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        seed: options.seed,
+    })
+}
+
+/// 400 unless the prompt plus its output fit in the context window.
+fn check_length(prompt: &PromptJob, max_model_len: u32) -> Result<(), ApiError> {
+    if prompt.max_tokens == 0 {
+        return Err(ApiError::bad_request("max_tokens must be at least 1"));
+    }
+    let input = prompt.ids.len() as u64;
+    let total = input + u64::from(prompt.max_tokens);
+    if total > u64::from(max_model_len) {
+        return Err(ApiError::bad_request(format!(
+            "This model's maximum context length is {max_model_len} tokens. However, you \
+             requested {total} tokens ({input} in the messages, {} in the completion). Please \
+             reduce the length of the messages or completion.",
+            prompt.max_tokens
+        )));
+    }
+    Ok(())
+}
+
+/// `stop`: null, a string, or a list of strings.
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(vec![]),
+        Value::String(s) => Ok(vec![s]),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(de::Error::custom(
+                    "stop must be a string or a list of strings",
+                )),
+            })
+            .collect(),
+        _ => Err(de::Error::custom(
+            "stop must be a string or a list of strings",
+        )),
+    }
+}
+
+/// `prompt`: a string, a list of token ids, or a batch (a list of strings or id lists).
+fn prompts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u32>>, D::Error> {
+    const SHAPE: &str =
+        "prompt must be a string, a list of token ids, or a list of strings or token-id lists";
+    let one = |v: Value| match v {
+        Value::String(s) => Ok(tokens::prompt_ids(&s)),
+        Value::Array(items) if items.is_empty() => Err("prompt must not be empty".to_string()),
+        Value::Array(items) => items.iter().map(token_id).collect(),
+        _ => Err(SHAPE.to_string()),
+    };
+    let batch = match Value::deserialize(d)? {
+        Value::Array(items) if items.iter().any(|v| v.is_string() || v.is_array()) => {
+            items.into_iter().map(one).collect::<Result<Vec<_>, _>>()
+        }
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            one(Value::Array(items)).map(|ids| vec![ids])
+        }
+        other => one(other).map(|ids| vec![ids]),
+    };
+    batch.map_err(de::Error::custom)
+}
+
+/// A token id: an integer that fits in u32.
+fn token_id(v: &Value) -> Result<u32, String> {
+    v.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "prompt token ids must be integers from 0 to {}, got {v}",
+                u32::MAX
+            )
+        })
+}
+
+/// Token counts of a response.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Usage of a request's prompts and outputs.
+    pub fn of(request: &Generation, outputs: &[Completion]) -> Self {
+        let prompt_tokens = request.prompts.iter().map(|p| p.ids.len() as u64).sum();
+        let completion_tokens = outputs.iter().map(|c| u64::from(c.tokens())).sum();
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// Identity of one response: id, creation time and model.
+#[derive(Debug, Clone)]
+pub struct ResponseMeta {
+    pub endpoint: Endpoint,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+/// The body of a non-streamed response.
+pub fn full_response(meta: &ResponseMeta, outputs: &[Completion], usage: Usage) -> Value {
+    let choices: Vec<Value> = outputs
+        .iter()
+        .enumerate()
+        .map(|(index, out)| {
+            let finish = out.finish.as_str();
+            match meta.endpoint {
+                Endpoint::Completions => serde_json::json!({
+                    "index": index, "text": out.text(), "logprobs": null, "finish_reason": finish,
+                }),
+                Endpoint::Chat => serde_json::json!({
+                    "index": index,
+                    "message": {"role": "assistant", "content": out.text()},
+                    "logprobs": null,
+                    "finish_reason": finish,
+                }),
+            }
+        })
+        .collect();
+    serde_json::json!({
+        "id": meta.id,
+        "object": meta.endpoint.object(),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": choices,
+        "usage": usage,
+    })
+}
+
+/// Writes SSE stream chunks from a pre-serialised head, so a token costs a few small copies.
+#[derive(Debug, Clone)]
+pub struct ChunkWriter {
+    endpoint: Endpoint,
+    /// `data: {"id":…,"object":…,"created":…,"model":…,"choices":[`
+    head: Vec<u8>,
+}
+
+impl ChunkWriter {
+    /// A writer for the chunks of the response `meta`.
+    pub fn new(meta: &ResponseMeta) -> Self {
+        let head = format!(
+            "data: {{\"id\":{},\"object\":\"{}\",\"created\":{},\"model\":{},\"choices\":[",
+            Value::from(meta.id.as_str()),
+            meta.endpoint.chunk_object(),
+            meta.created,
+            Value::from(meta.model.as_str()),
+        );
+        Self {
+            endpoint: meta.endpoint,
+            head: head.into_bytes(),
+        }
+    }
+
+    /// A chunk carrying `text` for choice `index`, with the finish reason on the last one.
+    pub fn token(&self, out: &mut Vec<u8>, index: usize, text: &str, finish: Option<FinishReason>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(format!("{{\"index\":{index},").as_bytes());
+        out.extend_from_slice(match self.endpoint {
+            Endpoint::Completions => b"\"text\":".as_slice(),
+            Endpoint::Chat => b"\"delta\":{\"content\":",
+        });
+        // Writing a &str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+        if self.endpoint == Endpoint::Chat {
+            out.push(b'}');
+        }
+        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+        match finish {
+            Some(reason) => out.extend_from_slice(format!("\"{}\"", reason.as_str()).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b"}]}\n\n");
+    }
+
+    /// The chat stream's opening chunk for choice `index`: the assistant role, no content yet.
+    pub fn role(&self, out: &mut Vec<u8>, index: usize) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(
+            format!(
+                "{{\"index\":{index},\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\
+                 \"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            )
+            .as_bytes(),
+        );
+    }
+
+    /// The final usage chunk (empty `choices`), as vLLM sends with `include_usage`.
+    pub fn usage(&self, out: &mut Vec<u8>, usage: Usage) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"],\"usage\":");
+        let _ = serde_json::to_writer(&mut *out, &usage);
+        out.extend_from_slice(b"}\n\n");
+    }
+
+    /// The stream's terminator.
+    pub fn done(out: &mut Vec<u8>) {
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+
+    /// Whether the stream opens each choice with a role chunk.
+    pub fn sends_role(&self) -> bool {
+        self.endpoint == Endpoint::Chat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served() -> ServedModel {
+        ServedModel {
+            id: "m".into(),
+            owned_by: "rigrun".into(),
+            max_model_len: 100,
+            created: 1,
+        }
+    }
+
+    fn completion(body: &str) -> Result<Generation, ApiError> {
+        parse_completion(body.as_bytes(), &served())
+    }
+
+    #[test]
+    fn prompt_forms() {
+        let ids = |body: &str| -> Vec<Vec<u32>> {
+            completion(body)
+                .unwrap()
+                .prompts
+                .into_iter()
+                .map(|p| p.ids)
+                .collect()
+        };
+        assert_eq!(
+            ids(r#"{"prompt":"abcdefgh"}"#),
+            vec![tokens::prompt_ids("abcdefgh")]
+        );
+        assert_eq!(ids(r#"{"prompt":[1,2,3]}"#), vec![vec![1, 2, 3]]);
+        assert_eq!(ids(r#"{"prompt":[[1],[2,3]]}"#), vec![vec![1], vec![2, 3]]);
+        assert_eq!(
+            ids(r#"{"prompt":["abcd",[7]]}"#),
+            vec![tokens::prompt_ids("abcd"), vec![7]]
+        );
+    }
+
+    #[test]
+    fn bad_prompts_are_400() {
+        for body in [
+            r#"{"prompt":5}"#,
+            r#"{"prompt":[]}"#,
+            r#"{"prompt":[-1]}"#,
+            r#"{"prompt":[1.5]}"#,
+            r#"{"prompt":[[]]}"#,
+            r#"{"prompt":[{"a":1}]}"#,
+            r#"{"max_tokens":3}"#,
+            r#"{"prompt":"x","max_tokens":"3"}"#,
+            r#"{"prompt":"x","max_tokens":0}"#,
+            r#"{"prompt":"x","stop":7}"#,
+            r#"{"prompt":"x","temperature":-1}"#,
+            r#"{"prompt":"x""#,
+        ] {
+            let err = completion(body).unwrap_err();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{body}");
+        }
+    }
+
+    #[test]
+    fn too_long_is_400_and_exactly_full_is_fine() {
+        assert!(completion(r#"{"prompt":[1,2,3,4],"max_tokens":96}"#).is_ok());
+        let err = completion(r#"{"prompt":[1,2,3,4],"max_tokens":97}"#).unwrap_err();
+        assert!(
+            err.message.contains("maximum context length is 100 tokens"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn unknown_model_is_404() {
+        let err = completion(r#"{"model":"other","prompt":"x"}"#).unwrap_err();
+        assert_eq!(err.status, StatusCode::NOT_FOUND);
+        assert!(completion(r#"{"model":"m","prompt":"x"}"#).is_ok());
+    }
+
+    #[test]
+    fn options_are_read() {
+        let g = completion(
+            r#"{"prompt":"x","max_tokens":5,"ignore_eos":true,"stop":["a","b"],"stream":true,
+                "stream_options":{"include_usage":true},"seed":3,"temperature":0.7,"n":1}"#,
+        )
+        .unwrap();
+        assert_eq!(g.prompts[0].max_tokens, 5);
+        assert!(g.ignore_eos && g.stream && g.include_usage);
+        assert_eq!((g.stop.len(), g.seed), (2, Some(3)));
+        assert_eq!(
+            completion(r#"{"prompt":"x"}"#).unwrap().prompts[0].max_tokens,
+            16
+        );
+    }
+
+    #[test]
+    fn chat_counts_messages_and_defaults_to_the_rest_of_the_context() {
+        let g = parse_chat(
+            br#"{"messages":[{"role":"user","content":"abcdefgh"},
+                {"role":"user","content":[{"type":"text","text":"abcd"}]}]}"#,
+            &served(),
+        )
+        .unwrap();
+        assert_eq!(g.prompts[0].ids.len(), 7 + 6 + 3);
+        assert_eq!(g.prompts[0].max_tokens, 100 - 16);
+        let err = parse_chat(br#"{"messages":[]}"#, &served()).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        let err =
+            parse_chat(br#"{"messages":[{"role":"user","content":5}]}"#, &served()).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn chunks_are_valid_json_events() {
+        let meta = ResponseMeta {
+            endpoint: Endpoint::Chat,
+            id: "chatcmpl-1".into(),
+            created: 9,
+            model: "m\"x".into(),
+        };
+        let writer = ChunkWriter::new(&meta);
+        let mut out = vec![];
+        writer.role(&mut out, 0);
+        writer.token(&mut out, 0, " hi\"", Some(FinishReason::Length));
+        writer.usage(
+            &mut out,
+            Usage {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+                total_tokens: 3,
+            },
+        );
+        ChunkWriter::done(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.len(), 4);
+        let json: Vec<Value> = events[..3]
+            .iter()
+            .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+            .collect();
+        assert_eq!(json[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(json[1]["choices"][0]["delta"]["content"], " hi\"");
+        assert_eq!(json[1]["choices"][0]["finish_reason"], "length");
+        assert_eq!(json[1]["model"], "m\"x");
+        assert_eq!(json[2]["choices"], serde_json::json!([]));
+        assert_eq!(json[2]["usage"]["total_tokens"], 3);
+        assert_eq!(events[3], "data: [DONE]");
+    }
+}

@@ -1,0 +1,310 @@
+//! HTTP serving: routes, handlers, and the SSE stream that paces tokens as the engine
+//! delivers them.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::api::{self, ApiError, ChunkWriter, Generation, ResponseMeta, ServedModel, Usage};
+use super::engine::{Engine, Sink};
+use super::prefix_cache::block_hashes;
+use super::profile::Profile;
+use super::scheduler::{JobSpec, Progress};
+use super::tokens::{mix, Completion};
+
+/// Largest request body: a 262k-token prompt as a JSON id list is under 2 MB.
+const BODY_LIMIT: usize = 64 << 20;
+
+/// What every handler shares.
+pub struct AppState {
+    served: ServedModel,
+    natural_length: (u32, u32),
+    prefix_block_tokens: Option<u32>,
+    engine: Engine,
+    /// Source of response ids.
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    /// State for serving `profile` with `engine`.
+    pub fn new(profile: &Profile, engine: Engine) -> Self {
+        let created = unix_time();
+        Self {
+            served: ServedModel {
+                id: profile.model.clone(),
+                owned_by: profile.owned_by.clone(),
+                max_model_len: profile.max_model_len,
+                created,
+            },
+            natural_length: profile.natural_length,
+            prefix_block_tokens: profile.prefix_block_tokens,
+            engine,
+            next_id: AtomicU64::new(mix(created)),
+        }
+    }
+
+    /// Identity of a new response.
+    fn meta(&self, request: &Generation) -> ResponseMeta {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        ResponseMeta {
+            endpoint: request.endpoint,
+            id: format!("{}-{:016x}", request.endpoint.id_prefix(), mix(n)),
+            created: unix_time(),
+            model: self.served.id.clone(),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The server's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(app.served.list())
+}
+
+async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    respond(api::parse_completion(&body, &app.served), &app).await
+}
+
+async fn chat_completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    respond(api::parse_chat(&body, &app.served), &app).await
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("Not Found: {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: format!("Method {method} not allowed on {}", uri.path()),
+    }
+}
+
+/// Prometheus text with vLLM's metric names, so tools that read vLLM's `/metrics` work.
+async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    let s = app.engine.stats();
+    let label = format!(
+        "{{model_name={}}}",
+        serde_json::Value::from(app.served.id.as_str())
+    );
+    let mut text = String::new();
+    for (name, kind, value) in [
+        ("vllm:num_requests_running", "gauge", s.running as u64),
+        ("vllm:num_requests_waiting", "gauge", s.waiting as u64),
+        ("rigrun_sim:kv_cache_used_tokens", "gauge", s.kv_used_tokens),
+        ("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total),
+        (
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            s.prompt_tokens_total,
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            s.cached_prompt_tokens_total,
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            s.generation_tokens_total,
+        ),
+        (
+            "vllm:request_success_total",
+            "counter",
+            s.requests_finished_total,
+        ),
+    ] {
+        let _ = writeln!(text, "# TYPE {name} {kind}\n{name}{label} {value}");
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// Runs a parsed request, or returns its error.
+async fn respond(parsed: Result<Generation, ApiError>, app: &AppState) -> Response {
+    match parsed {
+        Ok(request) => generate(request, app)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// Submits every choice of `request` to the engine and answers, streamed or whole.
+async fn generate(request: Generation, app: &AppState) -> Result<Response, ApiError> {
+    let outputs: Vec<Completion> = (0..request.prompts.len())
+        .map(|i| request.plan(i, app.natural_length))
+        .collect();
+    let (tx, rx) = unbounded_channel();
+    for (choice, (prompt, output)) in request.prompts.iter().zip(&outputs).enumerate() {
+        let spec = JobSpec {
+            prompt_tokens: prompt.ids.len() as u32,
+            block_hashes: app
+                .prefix_block_tokens
+                .map(|b| block_hashes(&prompt.ids, b))
+                .unwrap_or_default(),
+            output_tokens: output.tokens(),
+            max_tokens: prompt.max_tokens,
+        };
+        // Choices are indexed by u32 on the wire between engine and handler.
+        let sink = Sink::new(tx.clone(), choice as u32, request.stream);
+        app.engine
+            .submit(spec, sink)
+            .map_err(|e| internal(&e.to_string()))?;
+    }
+    let meta = app.meta(&request);
+    let usage = Usage::of(&request, &outputs);
+    if request.stream {
+        let stream = TokenStream::new(&meta, outputs, usage, request.include_usage, rx);
+        return Ok(stream.into_response());
+    }
+    wait_until_done(rx, outputs.len()).await?;
+    Ok(Json(api::full_response(&meta, &outputs, usage)).into_response())
+}
+
+/// A 500 for a failure inside the sim.
+fn internal(message: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: message.into(),
+    }
+}
+
+/// Waits for the last token of each of `choices` choices.
+async fn wait_until_done(
+    mut rx: UnboundedReceiver<(u32, Progress)>,
+    choices: usize,
+) -> Result<(), ApiError> {
+    let mut remaining = choices;
+    while remaining > 0 {
+        match rx.recv().await {
+            Some((_, progress)) if progress.done => remaining -= 1,
+            Some(_) => {}
+            None => return Err(internal("the simulated engine dropped the request")),
+        }
+    }
+    Ok(())
+}
+
+/// A streamed response: turns the engine's progress into SSE chunks.
+struct TokenStream {
+    rx: UnboundedReceiver<(u32, Progress)>,
+    writer: ChunkWriter,
+    outputs: Vec<Completion>,
+    /// Tokens already sent, per choice.
+    sent: Vec<u32>,
+    remaining: usize,
+    /// The usage chunk to send at the end, if asked for.
+    usage: Option<Usage>,
+    /// Whether `[DONE]` was written.
+    ended: bool,
+}
+
+impl TokenStream {
+    fn new(
+        meta: &ResponseMeta,
+        outputs: Vec<Completion>,
+        usage: Usage,
+        include_usage: bool,
+        rx: UnboundedReceiver<(u32, Progress)>,
+    ) -> Self {
+        Self {
+            rx,
+            writer: ChunkWriter::new(meta),
+            sent: vec![0; outputs.len()],
+            remaining: outputs.len(),
+            outputs,
+            usage: include_usage.then_some(usage),
+            ended: false,
+        }
+    }
+
+    /// Writes the chunks for one progress report.
+    fn advance(&mut self, out: &mut Vec<u8>, choice: u32, progress: Progress) {
+        let index = choice as usize;
+        let (Some(output), Some(sent)) = (self.outputs.get(index), self.sent.get_mut(index)) else {
+            return;
+        };
+        if *sent == 0 && self.writer.sends_role() {
+            self.writer.role(out, index);
+        }
+        let finish = progress.done.then_some(output.finish);
+        self.writer
+            .token(out, index, output.piece(*sent, progress.generated), finish);
+        *sent = progress.generated;
+        self.remaining -= usize::from(progress.done);
+    }
+
+    /// Writes the stream's end: the usage chunk if asked for, then `[DONE]`.
+    fn close(&self, out: &mut Vec<u8>) {
+        if self.remaining > 0 {
+            let err = serde_json::json!({"error": {"message": "the simulated engine dropped the request",
+                "type": "InternalServerError", "param": null, "code": 500}});
+            out.extend_from_slice(format!("data: {err}\n\n").as_bytes());
+        } else if let Some(usage) = self.usage {
+            self.writer.usage(out, usage);
+        }
+        ChunkWriter::done(out);
+    }
+
+    /// The next write: every report already delivered, and the end once all choices are done
+    /// (or the engine let go of them). `None` after the end.
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        let mut out = Vec::with_capacity(256);
+        let mut next = self.rx.recv().await;
+        let engine_gone = next.is_none();
+        while let Some((choice, progress)) = next {
+            self.advance(&mut out, choice, progress);
+            next = self.rx.try_recv().ok();
+        }
+        if self.remaining == 0 || engine_gone {
+            self.close(&mut out);
+            self.ended = true;
+        }
+        Some(Bytes::from(out))
+    }
+}
+
+impl IntoResponse for TokenStream {
+    fn into_response(self) -> Response {
+        let chunks = futures_util::stream::unfold(self, |mut stream| async move {
+            let bytes = stream.next_bytes().await?;
+            Some((Ok::<_, Infallible>(bytes), stream))
+        });
+        let headers = [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ];
+        (headers, Body::from_stream(chunks)).into_response()
+    }
+}

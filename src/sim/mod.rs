@@ -1,0 +1,148 @@
+//! `rigrun sim`: a simulated GPU LLM inference server speaking the OpenAI API the way SGLang
+//! and vLLM do, paced by a per-profile performance model (continuous batching, KV cache,
+//! chunked prefill, prefix caching). See `src/sim/README.md` for the model and its figures.
+
+mod api;
+mod engine;
+mod http;
+mod perf;
+mod predict;
+mod prefix_cache;
+mod profile;
+mod scheduler;
+mod tokens;
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use axum::serve::ListenerExt as _;
+
+use self::engine::Engine;
+use self::profile::Profile;
+
+/// Arguments of `rigrun sim`.
+#[derive(clap::Args, Debug)]
+pub struct SimArgs {
+    /// Built-in profile name (see --list-profiles) or path of a profile YAML file.
+    #[arg(long, required_unless_present = "list_profiles")]
+    pub profile: Option<String>,
+    /// Port to listen on; 0 picks a free one (the "serving" line shows it).
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Model id to serve instead of the profile's.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// List the built-in profiles and exit.
+    #[arg(long)]
+    pub list_profiles: bool,
+    /// Instead of serving, print the profile's predicted catid's-method results (one JSON line
+    /// per level) at these concurrencies, e.g. 1,4,16,32.
+    #[arg(long, value_delimiter = ',')]
+    pub predict: Vec<usize>,
+    /// Prompt tokens per request for --predict.
+    #[arg(long, default_value_t = 1000, requires = "predict")]
+    pub input_len: u32,
+    /// Output tokens per request for --predict.
+    #[arg(long, default_value_t = 1000, requires = "predict")]
+    pub output_len: u32,
+}
+
+/// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    if args.list_profiles {
+        return list_profiles();
+    }
+    let Some(name) = args.profile.as_deref() else {
+        bail!("--profile is required")
+    };
+    let mut profile = Profile::resolve(name)?;
+    if let Some(model) = args.model {
+        profile.model = model;
+    }
+    if !args.predict.is_empty() {
+        return print_predictions(&profile, &args.predict, args.input_len, args.output_len);
+    }
+    serve(&profile, &args.host, args.port).await
+}
+
+/// Prints name, model and description of each built-in profile.
+fn list_profiles() -> anyhow::Result<()> {
+    let profiles = Profile::builtins()?;
+    let name_width = profiles.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    let model_width = profiles.iter().map(|p| p.model.len()).max().unwrap_or(0);
+    println!(
+        "{:name_width$}  {:model_width$}  DESCRIPTION",
+        "NAME", "MODEL"
+    );
+    for p in &profiles {
+        println!(
+            "{:name_width$}  {:model_width$}  {}",
+            p.name, p.model, p.description
+        );
+    }
+    Ok(())
+}
+
+/// Prints one JSON line per concurrency level with the profile's prediction.
+fn print_predictions(
+    profile: &Profile,
+    levels: &[usize],
+    input_len: u32,
+    output_len: u32,
+) -> anyhow::Result<()> {
+    let total = u64::from(input_len) + u64::from(output_len);
+    if input_len == 0 || output_len == 0 || total > u64::from(profile.max_model_len) {
+        bail!(
+            "--input-len and --output-len must be at least 1 and fit in max_model_len {} together",
+            profile.max_model_len
+        );
+    }
+    for &concurrency in levels {
+        let prediction = predict::predict(profile, concurrency, input_len, output_len);
+        println!("{}", serde_json::to_string(&prediction)?);
+    }
+    Ok(())
+}
+
+/// Binds, announces the address on stderr, and serves.
+async fn serve(profile: &Profile, host: &str, port: u16) -> anyhow::Result<()> {
+    raise_open_file_limit();
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("cannot listen on {host}:{port}"))?;
+    let address = listener.local_addr()?;
+    let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
+    let app = http::router(Arc::new(http::AppState::new(profile, engine)));
+    let listener = listener.tap_io(|tcp| {
+        // Small SSE writes must not wait for Nagle's algorithm.
+        let _ = tcp.set_nodelay(true);
+    });
+    eprintln!(
+        "rigrun sim: serving {} on http://{address} (profile {})",
+        profile.model, profile.name
+    );
+    tokio::select! {
+        served = axum::serve(listener, app) => served.context("server failed"),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// Lifts the soft open-file limit to the hard one: each stream holds a socket, and hosts
+/// often default to 1024, fewer than C=1024 clients need.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

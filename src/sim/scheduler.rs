@@ -1,0 +1,446 @@
+//! Continuous batching, as a pure state machine over steps (no clock, no I/O).
+//!
+//! - Admission is strict FIFO: the head of the queue starts when the batch has fewer than
+//!   `max_running` sequences and the KV cache has room for its reservation.
+//! - KV policy: a request **reserves prompt + max_tokens** tokens when admitted and frees them
+//!   when it ends, so a running request never has to be preempted.
+//! - Each step computes one token for every decoding request and up to `chunk_tokens` prompt
+//!   tokens (chunked prefill, oldest requests first); the step that completes a prompt also
+//!   produces the request's first output token.
+//! - With prefix caching, the cached leading blocks of a prompt are not computed again (the
+//!   last prompt token always is, since it yields the first output token).
+
+use std::collections::VecDeque;
+
+use super::perf::PerfModel;
+use super::prefix_cache::PrefixCache;
+
+/// What a request needs from the scheduler.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// Prompt length in tokens (at least 1).
+    pub prompt_tokens: u32,
+    /// Prefix-cache block hashes of the prompt (empty without prefix caching).
+    pub block_hashes: Vec<u64>,
+    /// Tokens it will generate (at least 1, at most `max_tokens`).
+    pub output_tokens: u32,
+    /// Output tokens it may generate, reserved in the KV cache.
+    pub max_tokens: u32,
+}
+
+impl JobSpec {
+    /// KV cache tokens it holds while running.
+    fn reservation(&self) -> u64 {
+        u64::from(self.prompt_tokens) + u64::from(self.max_tokens)
+    }
+}
+
+/// Batch limits of a server.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most sequences in a batch.
+    pub max_running: usize,
+    /// KV cache size in tokens.
+    pub kv_capacity: u64,
+    /// Most prompt tokens computed in one step.
+    pub chunk_tokens: u32,
+}
+
+/// A request's output progress, reported at the end of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Output tokens generated so far.
+    pub generated: u32,
+    /// Whether this was its last token.
+    pub done: bool,
+}
+
+/// Counters and gauges for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_used_tokens: u64,
+    pub prompt_tokens_total: u64,
+    pub cached_prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub requests_finished_total: u64,
+}
+
+/// A submitted request that can never fit in the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("request needs {needed} KV cache tokens, the cache holds {capacity}")]
+pub struct TooLarge {
+    pub needed: u64,
+    pub capacity: u64,
+}
+
+/// A request in the scheduler, with the caller's `sink` that progress goes to.
+#[derive(Debug)]
+struct Job<S> {
+    sink: S,
+    spec: JobSpec,
+    /// Prompt tokens still to compute.
+    prefill_left: u32,
+    /// Prompt tokens computed in the current step.
+    prefill_now: u32,
+    generated: u32,
+}
+
+/// The batch, the queue and the KV cache of one simulated server.
+#[derive(Debug)]
+pub struct Scheduler<S> {
+    perf: PerfModel,
+    limits: Limits,
+    cache: Option<PrefixCache>,
+    waiting: VecDeque<Job<S>>,
+    running: Vec<Job<S>>,
+    kv_used: u64,
+    stats: Stats,
+}
+
+impl<S> Scheduler<S> {
+    /// An idle server.
+    pub fn new(perf: PerfModel, limits: Limits, cache: Option<PrefixCache>) -> Self {
+        Self {
+            perf,
+            limits,
+            cache,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            kv_used: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Queues a request; it joins the batch at a later step.
+    pub fn submit(&mut self, spec: JobSpec, sink: S) -> Result<(), TooLarge> {
+        if spec.reservation() > self.limits.kv_capacity {
+            return Err(TooLarge {
+                needed: spec.reservation(),
+                capacity: self.limits.kv_capacity,
+            });
+        }
+        let prefill_left = spec.prompt_tokens.max(1);
+        self.waiting.push_back(Job {
+            sink,
+            spec,
+            prefill_left,
+            prefill_now: 0,
+            generated: 0,
+        });
+        Ok(())
+    }
+
+    /// Whether no request is running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Drops the requests whose sink matches (their client went away), freeing their KV.
+    pub fn cancel_where(&mut self, gone: impl Fn(&S) -> bool) {
+        self.waiting.retain(|job| !gone(&job.sink));
+        let mut freed = 0;
+        self.running.retain(|job| {
+            let keep = !gone(&job.sink);
+            if !keep {
+                freed += job.spec.reservation();
+            }
+            keep
+        });
+        self.kv_used -= freed;
+    }
+
+    /// Starts a step: admits waiting requests, shares out the prefill budget, and returns the
+    /// step's duration in nanoseconds, or `None` when there is nothing to run.
+    pub fn plan_step(&mut self) -> Option<u64> {
+        self.admit();
+        let mut budget = self.limits.chunk_tokens.max(1);
+        let (mut sequences, mut attended, mut prefill) = (0usize, 0u64, 0u64);
+        for job in &mut self.running {
+            if job.prefill_left > 0 {
+                job.prefill_now = job.prefill_left.min(budget);
+                budget -= job.prefill_now;
+                prefill += u64::from(job.prefill_now);
+                sequences += usize::from(job.prefill_now > 0);
+            } else {
+                sequences += 1;
+                attended += u64::from(job.spec.prompt_tokens + job.generated);
+            }
+        }
+        (sequences > 0).then(|| self.perf.step_ns(sequences, attended, prefill))
+    }
+
+    /// Ends the step begun by [`plan_step`](Self::plan_step): reports each request that got a
+    /// token to `deliver` and retires the finished ones.
+    pub fn finish_step(&mut self, mut deliver: impl FnMut(&S, Progress)) {
+        let (mut freed, mut finished, mut tokens) = (0, 0, 0);
+        let cache = &mut self.cache;
+        self.running.retain_mut(|job| {
+            if job.prefill_now > 0 {
+                job.prefill_left -= job.prefill_now;
+                job.prefill_now = 0;
+                if job.prefill_left > 0 {
+                    return true;
+                }
+                if let Some(cache) = cache.as_mut() {
+                    cache.insert(&job.spec.block_hashes);
+                }
+            } else if job.prefill_left > 0 {
+                return true;
+            }
+            job.generated += 1;
+            tokens += 1;
+            let done = job.generated >= job.spec.output_tokens;
+            deliver(
+                &job.sink,
+                Progress {
+                    generated: job.generated,
+                    done,
+                },
+            );
+            if done {
+                freed += job.spec.reservation();
+                finished += 1;
+            }
+            !done
+        });
+        self.kv_used -= freed;
+        self.stats.generation_tokens_total += tokens;
+        self.stats.requests_finished_total += finished;
+    }
+
+    /// Moves requests from the queue into the batch while they fit.
+    fn admit(&mut self) {
+        while self.running.len() < self.limits.max_running.max(1) {
+            let Some(head) = self.waiting.front() else {
+                break;
+            };
+            if self.kv_used + head.spec.reservation() > self.limits.kv_capacity {
+                break;
+            }
+            let Some(mut job) = self.waiting.pop_front() else {
+                break;
+            };
+            let prompt = u64::from(job.spec.prompt_tokens);
+            let cached = match self.cache.as_mut() {
+                Some(cache) => cache
+                    .lookup(&job.spec.block_hashes)
+                    .min(prompt.saturating_sub(1)),
+                None => 0,
+            };
+            // `cached` < prompt, which is a u32.
+            job.prefill_left = (prompt - cached).max(1) as u32;
+            self.kv_used += job.spec.reservation();
+            self.stats.prompt_tokens_total += prompt;
+            self.stats.cached_prompt_tokens_total += cached;
+            self.running.push(job);
+        }
+    }
+
+    /// Current gauges and counters.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            running: self.running.len(),
+            waiting: self.waiting.len(),
+            kv_used_tokens: self.kv_used,
+            ..self.stats
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::perf::Table;
+    use super::super::prefix_cache::block_hashes;
+    use super::*;
+
+    /// Steps of 1 ms + 1 ms per extra sequence; 1 µs per prefill token; no attention cost.
+    fn scheduler(max_running: usize, kv_capacity: u64, chunk: u32) -> Scheduler<u32> {
+        let perf = PerfModel {
+            batch_ms: Table::new(vec![(1.0, 1.0), (2.0, 2.0)]).unwrap(),
+            attention_ms: Table::new(vec![(0.0, 0.0)]).unwrap(),
+            prefill_tokens_per_second: 1e6,
+        };
+        let limits = Limits {
+            max_running,
+            kv_capacity,
+            chunk_tokens: chunk,
+        };
+        Scheduler::new(perf, limits, None)
+    }
+
+    fn spec(prompt: u32, output: u32) -> JobSpec {
+        JobSpec {
+            prompt_tokens: prompt,
+            block_hashes: vec![],
+            output_tokens: output,
+            max_tokens: output,
+        }
+    }
+
+    /// Runs one step; returns its duration and the (sink, progress) pairs it delivered.
+    fn step(s: &mut Scheduler<u32>) -> (Option<u64>, Vec<(u32, Progress)>) {
+        let duration = s.plan_step();
+        let mut out = vec![];
+        if duration.is_some() {
+            s.finish_step(|&id, p| out.push((id, p)));
+        }
+        (duration, out)
+    }
+
+    #[test]
+    fn prefill_step_yields_the_first_token_then_one_per_step() {
+        let mut s = scheduler(8, 1000, 100);
+        s.submit(spec(10, 3), 7).unwrap();
+        let (d, out) = step(&mut s);
+        assert_eq!(d, Some(1_000_000 + 10_000));
+        assert_eq!(
+            out,
+            vec![(
+                7,
+                Progress {
+                    generated: 1,
+                    done: false
+                }
+            )]
+        );
+        assert_eq!(
+            step(&mut s),
+            (
+                Some(1_000_000),
+                vec![(
+                    7,
+                    Progress {
+                        generated: 2,
+                        done: false
+                    }
+                )]
+            )
+        );
+        assert_eq!(
+            step(&mut s).1,
+            vec![(
+                7,
+                Progress {
+                    generated: 3,
+                    done: true
+                }
+            )]
+        );
+        assert!(s.is_idle());
+        assert_eq!(s.stats().kv_used_tokens, 0);
+        assert_eq!(step(&mut s), (None, vec![]));
+    }
+
+    #[test]
+    fn long_prompts_are_chunked_and_delay_running_decodes() {
+        let mut s = scheduler(8, 1000, 4);
+        s.submit(spec(1, 10), 1).unwrap();
+        step(&mut s);
+        s.submit(spec(10, 10), 2).unwrap();
+        // Chunks of 4, 4, 2 tokens: 1 decoder + 1 prefiller = 2 sequences = 2 ms each.
+        assert_eq!(step(&mut s).0, Some(2_000_000 + 4_000));
+        assert_eq!(step(&mut s).0, Some(2_000_000 + 4_000));
+        let (d, out) = step(&mut s);
+        assert_eq!(d, Some(2_000_000 + 2_000));
+        assert_eq!(
+            out.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+
+    #[test]
+    fn queues_when_the_kv_cache_is_full() {
+        let mut s = scheduler(8, 100, 100);
+        for id in 0..3 {
+            s.submit(spec(20, 20), id).unwrap();
+        }
+        step(&mut s);
+        assert_eq!(
+            (
+                s.stats().running,
+                s.stats().waiting,
+                s.stats().kv_used_tokens
+            ),
+            (2, 1, 80)
+        );
+        for _ in 0..19 {
+            step(&mut s);
+        }
+        // The first two finished; the third is admitted at the next step.
+        assert_eq!((s.stats().running, s.stats().waiting), (0, 1));
+        step(&mut s);
+        assert_eq!((s.stats().running, s.stats().waiting), (1, 0));
+        assert_eq!(
+            s.submit(spec(90, 20), 9),
+            Err(TooLarge {
+                needed: 110,
+                capacity: 100
+            })
+        );
+    }
+
+    #[test]
+    fn caps_the_batch_at_max_running() {
+        let mut s = scheduler(2, 10_000, 100);
+        for id in 0..5 {
+            s.submit(spec(1, 5), id).unwrap();
+        }
+        step(&mut s);
+        assert_eq!((s.stats().running, s.stats().waiting), (2, 3));
+    }
+
+    #[test]
+    fn attention_cost_counts_the_decoders_context() {
+        let mut s = scheduler(8, 10_000, 1000);
+        s.perf.attention_ms = Table::new(vec![(0.0, 0.0), (1000.0, 1.0)]).unwrap();
+        s.submit(spec(100, 10), 1).unwrap();
+        s.submit(spec(300, 10), 2).unwrap();
+        step(&mut s);
+        // Contexts 101 + 301 tokens → 0.402 ms of attention, on top of 2 ms for two sequences.
+        assert_eq!(step(&mut s).0, Some(2_402_000));
+    }
+
+    #[test]
+    fn prefix_cache_skips_cached_blocks_but_not_the_last_token() {
+        let mut s = scheduler(8, 10_000, 10_000);
+        s.cache = Some(PrefixCache::new(16, 10_000));
+        let prompt = vec![23066u32; 1000];
+        let job = || JobSpec {
+            block_hashes: block_hashes(&prompt, 16),
+            ..spec(1000, 2)
+        };
+        s.submit(job(), 1).unwrap();
+        assert_eq!(step(&mut s).0, Some(1_000_000 + 1_000_000));
+        s.submit(job(), 2).unwrap();
+        // 62 blocks of 16 cached: 8 tokens left to compute; 2 sequences.
+        assert_eq!(step(&mut s).0, Some(2_000_000 + 8_000));
+        assert_eq!(s.stats().cached_prompt_tokens_total, 992);
+        let mut full = scheduler(8, 10_000, 10_000);
+        full.cache = Some(PrefixCache::new(10, 10_000));
+        let exact = vec![5u32; 20];
+        for id in 0..2 {
+            full.submit(
+                JobSpec {
+                    block_hashes: block_hashes(&exact, 10),
+                    ..spec(20, 1)
+                },
+                id,
+            )
+            .unwrap();
+            step(&mut full);
+        }
+        assert_eq!(full.stats().cached_prompt_tokens_total, 19);
+    }
+
+    #[test]
+    fn cancelling_frees_the_reservation() {
+        let mut s = scheduler(8, 100, 100);
+        s.submit(spec(20, 20), 1).unwrap();
+        s.submit(spec(20, 20), 2).unwrap();
+        step(&mut s);
+        s.cancel_where(|&id| id == 1);
+        assert_eq!((s.stats().running, s.stats().kv_used_tokens), (1, 40));
+    }
+}
