@@ -92,14 +92,8 @@ pub async fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     let outcome = executor::run(config, opts, progress).await?;
     let run = Run::open(&outcome.run_dir)?;
-    let grids = report::compare(
-        &[run],
-        &CompareOptions {
-            metric: args.metric.as_deref(),
-            baseline: None,
-        },
-    )?;
-    let header = report::host_header(&[&Run::open(&outcome.run_dir)?.manifest]);
+    let header = report::host_header(&[&run.manifest]);
+    let grids = report::closing_grids(&run, args.metric.as_deref())?;
     print!("{}", report::render(&grids, Format::Table, &header));
     for line in &outcome.failures {
         eprintln!("error: {line}");

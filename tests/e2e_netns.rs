@@ -46,11 +46,27 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
     let h1 = Sshd::start_in(dir, "h1", &key, &ns1);
     let h2 = Sshd::start_in(dir, "h2", &key, &ns2);
     let known_hosts = dir.join("known_hosts");
-    std::fs::write(&known_hosts, format!("{}{}", h1.known_hosts_line(), h2.known_hosts_line())).unwrap();
+    std::fs::write(
+        &known_hosts,
+        format!("{}{}", h1.known_hosts_line(), h2.known_hosts_line()),
+    )
+    .unwrap();
     let inventory = format!(
         "hosts:\n{}{}groups:\n  gpu: [h1, h2]\n",
-        h1.inventory_entry("h1", &key, &known_hosts, &dir.join("w1"), "    vars: {max_concurrency: 4}\n    labels: {gpu: big}\n"),
-        h2.inventory_entry("h2", &key, &known_hosts, &dir.join("w2"), "    vars: {max_concurrency: 2}\n    labels: {gpu: small}\n"),
+        h1.inventory_entry(
+            "h1",
+            &key,
+            &known_hosts,
+            &dir.join("w1"),
+            "    vars: {max_concurrency: 4}\n    labels: {gpu: big}\n"
+        ),
+        h2.inventory_entry(
+            "h2",
+            &key,
+            &known_hosts,
+            &dir.join("w2"),
+            "    vars: {max_concurrency: 2}\n    labels: {gpu: small}\n"
+        ),
     );
     std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
     std::fs::write(dir.join("e2e.yaml"), PLAYBOOK).unwrap();
@@ -72,18 +88,32 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
                 .unwrap_or_else(|| panic!("no record for {host} c={c}"));
             if c > max {
                 assert_eq!(rec["status"], "skipped");
-                assert_eq!(rec["reason"], format!("concurrency = {c} > max_concurrency = {max}"));
+                assert_eq!(
+                    rec["reason"],
+                    format!("concurrency = {c} > max_concurrency = {max}")
+                );
             } else {
                 assert_eq!(rec["status"], "ok", "{rec}");
                 let m = &rec["metrics"];
                 assert_eq!(m["completed"], c * 2);
                 assert_eq!(m["failed"], 0);
-                assert_eq!(m["total_output_tokens"], c * 2 * 16, "token counts come from the server's usage");
+                assert_eq!(
+                    m["total_output_tokens"],
+                    c * 2 * 16,
+                    "token counts come from the server's usage"
+                );
                 assert!(m["output_throughput"].as_f64().unwrap() > 0.0);
             }
         }
-        let fetched = recs.iter().filter(|r| r["host"] == host && r["step"] == "fetch-results").count();
-        assert_eq!(fetched as u64, max.min(3), "one record per fetched result file on {host}");
+        let fetched = recs
+            .iter()
+            .filter(|r| r["host"] == host && r["step"] == "fetch-results")
+            .count();
+        assert_eq!(
+            fetched as u64,
+            max.min(3),
+            "one record per fetched result file on {host}"
+        );
     }
 
     // The manifest keeps what verify-server saw, through the SSH port forward.
@@ -97,18 +127,37 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
 
     // The sims were stopped when the playbook ended: nothing listens in the namespaces any more.
     for ns in [&ns1, &ns2] {
-        let listening = sh("ip", &["netns", "exec", &ns.name, "ss", "-ltnH", "sport = :30000"]);
-        assert!(listening.trim().is_empty(), "a sim still listens in {}: {listening}", ns.name);
+        let listening = sh(
+            "ip",
+            &["netns", "exec", &ns.name, "ss", "-ltnH", "sport = :30000"],
+        );
+        assert!(
+            listening.trim().is_empty(),
+            "a sim still listens in {}: {listening}",
+            ns.name
+        );
     }
 
     // The closing table has both hosts side by side with the ratio column.
     assert!(stdout.contains("h2 / h1"), "{stdout}");
-    let out = rigrun().args(["compare", run_dir.to_str().unwrap(), "--format", "json"]).output().unwrap();
+    let out = rigrun()
+        .args(["compare", run_dir.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
     let grids: Value = serde_json::from_str(&text(&out).0).unwrap();
-    assert_eq!(grids[0]["columns"], serde_json::json!(["point", "h1", "h2", "h2 / h1"]));
+    assert_eq!(
+        grids[0]["columns"],
+        serde_json::json!(["point", "h1", "h2", "h2 / h1"])
+    );
     for format in ["table", "markdown", "csv", "json"] {
-        let out = rigrun().args(["show", run_dir.to_str().unwrap(), "--format", format]).output().unwrap();
-        assert!(out.status.success() && !out.stdout.is_empty(), "show --format {format}");
+        let out = rigrun()
+            .args(["show", run_dir.to_str().unwrap(), "--format", format])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && !out.stdout.is_empty(),
+            "show --format {format}"
+        );
     }
 
     // A second run finds the script and the rigrun binary unchanged on both hosts.
@@ -122,5 +171,9 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
 
 fn step(manifest: &Value, host: &str, kind: &str) -> Value {
     let steps = manifest["hosts"][host]["steps"].as_array().unwrap();
-    steps.iter().find(|s| s["kind"] == kind).unwrap_or_else(|| panic!("no {kind} on {host}")).clone()
+    steps
+        .iter()
+        .find(|s| s["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} on {host}"))
+        .clone()
 }

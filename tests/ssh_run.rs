@@ -169,9 +169,11 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
         stdout.contains("concurrency=4") && stdout.contains("400"),
         "{stdout}"
     );
+    assert!(stdout.contains("skipped [1]"), "{stdout}");
+    assert!(stdout.contains("[1] concurrency = 16 > capacity = 8"), "{stdout}");
     assert!(
-        stdout.contains("skipped: concurrency = 16 > capacity = 8"),
-        "{stdout}"
+        !stdout.contains("fetch-results"),
+        "fetched files repeat the sweep: {stdout}"
     );
 
     // A second run finds the script unchanged and does not upload it again.
@@ -394,7 +396,7 @@ fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
         ),
     );
     let runs = env.path().join("runs");
-    let mut child = rigrun()
+    let child = rigrun()
         .current_dir(env.path())
         .args(["run", "long.yaml", "--runs-dir", runs.to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
@@ -404,7 +406,10 @@ fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
     let first = env.path().join("sleep.pid.1");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !first.exists() || std::fs::read_to_string(&first).unwrap().trim().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the first point never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first point never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     sh("kill", &["-INT", &child.id().to_string()]);
@@ -414,10 +419,16 @@ fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
     assert!(stderr.contains("interrupted"), "{stderr}");
     let pid = std::fs::read_to_string(&first).unwrap().trim().to_string();
     assert!(wait_until_gone(&pid), "the remote sleep {pid} survived Ctrl-C");
-    assert!(!env.path().join("sleep.pid.2").exists(), "the sweep went on after Ctrl-C");
+    assert!(
+        !env.path().join("sleep.pid.2").exists(),
+        "the sweep went on after Ctrl-C"
+    );
     let run_dir = only_run_dir(&runs);
     let recs = records(&run_dir);
-    assert!(recs.iter().any(|r| r["metrics"]["x"] == 1), "the record measured before Ctrl-C is kept");
+    assert!(
+        recs.iter().any(|r| r["metrics"]["x"] == 1),
+        "the record measured before Ctrl-C is kept"
+    );
     let manifest = manifest(&run_dir);
     assert_eq!(manifest["status"], "interrupted");
     assert_eq!(manifest["hosts"]["a"]["steps"][0]["status"], "interrupted");

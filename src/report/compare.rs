@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use super::{cell, group, pick_metric, Cell, Grid, Run, StepRecords};
+use super::{cell, group, is_fetched, pick_metric, Cell, Grid, Run, StepRecords};
 
 pub struct CompareOptions<'a> {
     pub metric: Option<&'a str>,
@@ -38,13 +38,37 @@ fn change(value: Option<f64>, base: Option<f64>) -> Cell {
     }
 }
 
+/// The table printed at the end of `rigrun run`: the hosts side by side with ratios, for the
+/// sweeps; tables of fetched files only when no sweep measured anything (they repeat the sweeps'
+/// numbers otherwise).
+pub fn closing_grids(run: &Run, metric: Option<&str>) -> Result<Vec<Grid>> {
+    let groups = group(&run.records);
+    let any_sweep = groups.iter().any(|g| !is_fetched(g));
+    let wanted = groups
+        .into_iter()
+        .filter(|g| !any_sweep || !is_fetched(g))
+        .collect();
+    host_grids(
+        run,
+        wanted,
+        &CompareOptions {
+            metric,
+            baseline: None,
+        },
+    )
+}
+
 /// Within one run: every host's value, then each host's ratio to the baseline.
 fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
+    host_grids(run, group(&run.records), opts)
+}
+
+fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
     let hosts = run.hosts();
     let baseline = baseline(&hosts, opts.baseline)?;
     let others: Vec<&String> = hosts.iter().filter(|h| **h != baseline).collect();
     let mut grids = Vec::new();
-    for step in group(&run.records) {
+    for step in steps {
         let metric = pick_metric(&step, opts.metric);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());

@@ -14,7 +14,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::Value as Json;
 
-pub use compare::{compare, CompareOptions};
+pub use compare::{closing_grids, compare, CompareOptions};
 
 use crate::events::{Record, RecordStatus};
 use crate::plan::point_label;
@@ -81,10 +81,13 @@ impl Cell {
 }
 
 fn format_number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
+    let a = v.abs();
+    if v.fract() == 0.0 && a < 1e15 {
         format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
+    } else if a >= 100.0 {
         format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
     } else {
         format!("{v:.3}")
     }
@@ -258,6 +261,14 @@ pub fn cell(records: Option<&Vec<&Record>>, metric: &str) -> Cell {
     }
 }
 
+/// Whether any record of the group is a run-sweep measurement (not a fetched file).
+pub fn is_fetched(step: &StepRecords) -> bool {
+    step.rows
+        .values()
+        .flat_map(|h| h.values().flatten())
+        .all(|r| r.point.contains_key("file"))
+}
+
 /// `show`: per step, rows = points, columns = hosts.
 pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
     let hosts = run.hosts();
@@ -394,7 +405,8 @@ mod tests {
     fn numbers_read_naturally() {
         assert_eq!(Cell::Value { value: 2156.0 }.text(), "2156");
         assert_eq!(Cell::Value { value: 1647.25 }.text(), "1647.2");
-        assert_eq!(Cell::Value { value: 12.3456 }.text(), "12.346");
+        assert_eq!(Cell::Value { value: 12.3456 }.text(), "12.35");
+        assert_eq!(Cell::Value { value: 0.01234 }.text(), "0.012");
         assert_eq!(
             Cell::Derived {
                 value: 1.234,

@@ -86,9 +86,9 @@ impl ServedModel {
     /// 404 unless `requested` (when given) is this model.
     fn check(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {
-            Some(name) if name != self.id => Err(ApiError::not_found(format!(
-                "The model `{name}` does not exist."
-            ))),
+            Some(name) if name != self.id => {
+                Err(ApiError::not_found(format!("The model `{name}` does not exist.")))
+            }
             _ => Ok(()),
         }
     }
@@ -226,10 +226,7 @@ impl Message {
 /// Parses a `/v1/completions` body.
 pub fn parse_completion(body: &[u8], served: &ServedModel) -> Result<Generation, ApiError> {
     let req: CompletionBody = from_json(body)?;
-    let max_tokens = req
-        .options
-        .max_tokens
-        .unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS);
+    let max_tokens = req.options.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS);
     let prompts = req
         .prompt
         .into_iter()
@@ -266,8 +263,7 @@ pub fn parse_chat(body: &[u8], served: &ServedModel) -> Result<Generation, ApiEr
 
 /// Deserialises JSON, turning any failure into a 400 that quotes serde's reason.
 fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
 }
 
 /// Checks the shared options and the lengths, and assembles the request.
@@ -278,10 +274,7 @@ fn build(
     served: &ServedModel,
 ) -> Result<Generation, ApiError> {
     served.check(options.model.as_deref())?;
-    if let Some(t) = options
-        .temperature
-        .filter(|t| !(t.is_finite() && *t >= 0.0))
-    {
+    if let Some(t) = options.temperature.filter(|t| !(t.is_finite() && *t >= 0.0)) {
         return Err(ApiError::bad_request(format!(
             "temperature must be a non-negative number, got {t}"
         )));
@@ -330,14 +323,10 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
             .into_iter()
             .map(|v| match v {
                 Value::String(s) => Ok(s),
-                _ => Err(de::Error::custom(
-                    "stop must be a string or a list of strings",
-                )),
+                _ => Err(de::Error::custom("stop must be a string or a list of strings")),
             })
             .collect(),
-        _ => Err(de::Error::custom(
-            "stop must be a string or a list of strings",
-        )),
+        _ => Err(de::Error::custom("stop must be a string or a list of strings")),
     }
 }
 
@@ -365,14 +354,12 @@ fn prompts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u32>>, D::Error> {
 
 /// A token id: an integer that fits in u32.
 fn token_id(v: &Value) -> Result<u32, String> {
-    v.as_u64()
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| {
-            format!(
-                "prompt token ids must be integers from 0 to {}, got {v}",
-                u32::MAX
-            )
-        })
+    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+        format!(
+            "prompt token ids must be integers from 0 to {}, got {v}",
+            u32::MAX
+        )
+    })
 }
 
 /// Token counts of a response.
@@ -599,10 +586,7 @@ mod tests {
         assert_eq!(g.prompts[0].max_tokens, 5);
         assert!(g.ignore_eos && g.stream && g.include_usage);
         assert_eq!((g.stop.len(), g.seed), (2, Some(3)));
-        assert_eq!(
-            completion(r#"{"prompt":"x"}"#).unwrap().prompts[0].max_tokens,
-            16
-        );
+        assert_eq!(completion(r#"{"prompt":"x"}"#).unwrap().prompts[0].max_tokens, 16);
     }
 
     #[test]
@@ -617,8 +601,7 @@ mod tests {
         assert_eq!(g.prompts[0].max_tokens, 100 - 16);
         let err = parse_chat(br#"{"messages":[]}"#, &served()).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        let err =
-            parse_chat(br#"{"messages":[{"role":"user","content":5}]}"#, &served()).unwrap_err();
+        let err = parse_chat(br#"{"messages":[{"role":"user","content":5}]}"#, &served()).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
     }
 

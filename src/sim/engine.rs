@@ -80,9 +80,7 @@ impl Engine {
     /// Queues a request; its progress goes to `sink`. A request the KV cache can never hold
     /// is dropped, which closes its channel before it is done (callers validate lengths first).
     pub fn submit(&self, spec: JobSpec, sink: Sink) -> Result<(), EngineStopped> {
-        self.tx
-            .send(Submission { spec, sink })
-            .map_err(|_| EngineStopped)
+        self.tx.send(Submission { spec, sink }).map_err(|_| EngineStopped)
     }
 
     /// The scheduler's gauges and counters after the last step.
@@ -92,11 +90,7 @@ impl Engine {
 }
 
 /// The clock loop: ends when every handle is dropped and no request is left.
-fn run_clock(
-    mut scheduler: Scheduler<Sink>,
-    rx: &mpsc::Receiver<Submission>,
-    stats: &Mutex<Stats>,
-) {
+fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, stats: &Mutex<Stats>) {
     let anchor = Instant::now();
     let mut now = Duration::ZERO;
     loop {

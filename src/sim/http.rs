@@ -136,11 +136,7 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
             "counter",
             s.generation_tokens_total,
         ),
-        (
-            "vllm:request_success_total",
-            "counter",
-            s.requests_finished_total,
-        ),
+        ("vllm:request_success_total", "counter", s.requests_finished_total),
     ] {
         let _ = writeln!(text, "# TYPE {name} {kind}\n{name}{label} {value}");
     }
@@ -198,10 +194,7 @@ fn internal(message: &str) -> ApiError {
 }
 
 /// Waits for the last token of each of `choices` choices.
-async fn wait_until_done(
-    mut rx: UnboundedReceiver<(u32, Progress)>,
-    choices: usize,
-) -> Result<(), ApiError> {
+async fn wait_until_done(mut rx: UnboundedReceiver<(u32, Progress)>, choices: usize) -> Result<(), ApiError> {
     let mut remaining = choices;
     while remaining > 0 {
         match rx.recv().await {

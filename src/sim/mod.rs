@@ -73,10 +73,7 @@ fn list_profiles() -> anyhow::Result<()> {
     let profiles = Profile::builtins()?;
     let name_width = profiles.iter().map(|p| p.name.len()).max().unwrap_or(0);
     let model_width = profiles.iter().map(|p| p.model.len()).max().unwrap_or(0);
-    println!(
-        "{:name_width$}  {:model_width$}  DESCRIPTION",
-        "NAME", "MODEL"
-    );
+    println!("{:name_width$}  {:model_width$}  DESCRIPTION", "NAME", "MODEL");
     for p in &profiles {
         println!(
             "{:name_width$}  {:model_width$}  {}",
@@ -139,8 +136,7 @@ fn raise_open_file_limit() {
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }

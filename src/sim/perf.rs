@@ -26,10 +26,7 @@ impl Table {
         if points.is_empty() {
             return Err("needs at least one [x, y] point".into());
         }
-        if let Some((x, y)) = points
-            .iter()
-            .find(|(x, y)| !x.is_finite() || !y.is_finite())
-        {
+        if let Some((x, y)) = points.iter().find(|(x, y)| !x.is_finite() || !y.is_finite()) {
             return Err(format!("point [{x}, {y}] is not a finite number"));
         }
         if let Some((x, y)) = points.iter().find(|(_, y)| *y < 0.0) {

@@ -33,12 +33,7 @@ struct Finished {
 }
 
 /// Predicts catid's method at `concurrency` (at least 1) for `profile`.
-pub fn predict(
-    profile: &Profile,
-    concurrency: usize,
-    input_len: u32,
-    output_len: u32,
-) -> Prediction {
+pub fn predict(profile: &Profile, concurrency: usize, input_len: u32, output_len: u32) -> Prediction {
     let concurrency = concurrency.max(1);
     let prompt = vec![CATID_TOKEN; input_len.max(1) as usize];
     let spec = JobSpec {
@@ -64,8 +59,7 @@ pub fn predict(
     let duration = (now - start) as f64 / 1e9;
     let total_output_tokens = done.len() as u64 * u64::from(spec.output_tokens);
     let decode_steps = f64::from(spec.output_tokens.saturating_sub(1).max(1));
-    let mean =
-        |f: &dyn Fn(&Finished) -> f64| done.iter().map(f).sum::<f64>() / done.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&Finished) -> f64| done.iter().map(f).sum::<f64>() / done.len().max(1) as f64;
     Prediction {
         max_concurrency: concurrency,
         completed: done.len(),

@@ -16,9 +16,7 @@ pub fn block_hashes(tokens: &[u32], block_tokens: u32) -> Vec<u64> {
     tokens
         .chunks_exact(block_tokens.max(1) as usize)
         .map(|block| {
-            chain = block
-                .iter()
-                .fold(mix(chain), |acc, &t| mix(acc ^ u64::from(t)));
+            chain = block.iter().fold(mix(chain), |acc, &t| mix(acc ^ u64::from(t)));
             chain
         })
         .collect()

@@ -120,10 +120,7 @@ pub struct Profile {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("cannot read profile file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("invalid profile {0}")]
     Syntax(String),
     #[error("invalid profile {origin}:{line}:{column}: {message}")]
@@ -159,10 +156,7 @@ impl Profile {
 
     /// All built-in profiles, in listing order.
     pub fn builtins() -> Result<Vec<Self>, ProfileError> {
-        BUILTIN
-            .iter()
-            .map(|(name, _)| Self::resolve(name))
-            .collect()
+        BUILTIN.iter().map(|(name, _)| Self::resolve(name)).collect()
     }
 
     /// Parses and validates `source`; `origin` names it in errors.
@@ -194,11 +188,7 @@ impl Profile {
 type Invalid = (serde_saphyr::Location, String);
 
 /// Fails at `at` with `message` unless `ok`.
-fn check(
-    ok: bool,
-    at: serde_saphyr::Location,
-    message: impl FnOnce() -> String,
-) -> Result<(), Invalid> {
+fn check(ok: bool, at: serde_saphyr::Location, message: impl FnOnce() -> String) -> Result<(), Invalid> {
     if ok {
         Ok(())
     } else {
@@ -214,11 +204,9 @@ fn table(points: Spanned<Vec<(f64, f64)>>, field: &str) -> Result<Table, Invalid
 impl ProfileFile {
     /// Checks the values serde cannot and builds the profile.
     fn validate(self, name: &str) -> Result<Profile, Invalid> {
-        check(
-            !self.model.value.trim().is_empty(),
-            self.model.referenced,
-            || "model: must not be empty".into(),
-        )?;
+        check(!self.model.value.trim().is_empty(), self.model.referenced, || {
+            "model: must not be empty".into()
+        })?;
         let max_len = self.max_model_len;
         check(max_len.value >= 2, max_len.referenced, || {
             "max_model_len: must be at least 2".into()
@@ -330,26 +318,20 @@ natural_length: {min: 4, max: 40}
     #[test]
     fn wrong_type_names_line_and_column() {
         let source = VALID.replace("max_model_len: 100", "max_model_len: lots");
-        let err = Profile::parse("t", "t.yaml", &source)
-            .unwrap_err()
-            .to_string();
+        let err = Profile::parse("t", "t.yaml", &source).unwrap_err().to_string();
         assert!(err.contains("t.yaml:3:16"), "{err}");
     }
 
     #[test]
     fn semantic_errors_name_line_and_column() {
         let source = VALID.replace("kv_capacity_tokens: 200", "kv_capacity_tokens: 50");
-        let err = Profile::parse("t", "t.yaml", &source)
-            .unwrap_err()
-            .to_string();
+        let err = Profile::parse("t", "t.yaml", &source).unwrap_err().to_string();
         assert!(
             err.starts_with("invalid profile t.yaml:5:21: kv_capacity_tokens"),
             "{err}"
         );
         let source = VALID.replace("[[1, 2.0], [4, 3.0]]", "[[4, 2.0], [1, 3.0]]");
-        let err = Profile::parse("t", "t.yaml", &source)
-            .unwrap_err()
-            .to_string();
+        let err = Profile::parse("t", "t.yaml", &source).unwrap_err().to_string();
         assert!(
             err.contains("t.yaml:8:13: decode.batch_ms: x values must strictly increase"),
             "{err}"
@@ -359,13 +341,8 @@ natural_length: {min: 4, max: 40}
     #[test]
     fn unknown_name_lists_the_builtins() {
         let err = Profile::resolve("huge").unwrap_err().to_string();
-        assert!(
-            err.contains("tiny") && err.contains("a6000-qwen3.6-27b"),
-            "{err}"
-        );
-        let err = Profile::resolve("/nonexistent/p.yaml")
-            .unwrap_err()
-            .to_string();
+        assert!(err.contains("tiny") && err.contains("a6000-qwen3.6-27b"), "{err}");
+        let err = Profile::resolve("/nonexistent/p.yaml").unwrap_err().to_string();
         assert!(
             err.starts_with("cannot read profile file /nonexistent/p.yaml"),
             "{err}"

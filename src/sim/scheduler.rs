@@ -224,9 +224,7 @@ impl<S> Scheduler<S> {
             };
             let prompt = u64::from(job.spec.prompt_tokens);
             let cached = match self.cache.as_mut() {
-                Some(cache) => cache
-                    .lookup(&job.spec.block_hashes)
-                    .min(prompt.saturating_sub(1)),
+                Some(cache) => cache.lookup(&job.spec.block_hashes).min(prompt.saturating_sub(1)),
                 None => 0,
             };
             // `cached` < prompt, which is a u32.
@@ -344,10 +342,7 @@ mod tests {
         assert_eq!(step(&mut s).0, Some(2_000_000 + 4_000));
         let (d, out) = step(&mut s);
         assert_eq!(d, Some(2_000_000 + 2_000));
-        assert_eq!(
-            out.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            vec![1, 2]
-        );
+        assert_eq!(out.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![1, 2]);
     }
 
     #[test]
@@ -358,11 +353,7 @@ mod tests {
         }
         step(&mut s);
         assert_eq!(
-            (
-                s.stats().running,
-                s.stats().waiting,
-                s.stats().kv_used_tokens
-            ),
+            (s.stats().running, s.stats().waiting, s.stats().kv_used_tokens),
             (2, 1, 80)
         );
         for _ in 0..19 {

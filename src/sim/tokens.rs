@@ -142,10 +142,7 @@ pub fn request_seed(prompt: &[u32], client_seed: Option<u64>) -> u64 {
 /// Where a request would stop on its own (EOS), drawn log-uniformly in `[min, max]` from its seed.
 pub fn natural_length(seed: u64, min: u32, max: u32) -> u32 {
     let unit = (mix(seed ^ 0x5eed) >> 11) as f64 / (1u64 << 53) as f64;
-    let (lo, hi) = (
-        f64::from(min.max(1)).ln(),
-        f64::from(max.max(min).max(1)).ln(),
-    );
+    let (lo, hi) = (f64::from(min.max(1)).ln(), f64::from(max.max(min).max(1)).ln());
     let len = (lo + unit * (hi - lo)).exp().round();
     // `len` lies in [min, max] up to rounding; the clamp keeps it there.
     (len as u32).clamp(min.max(1), max.max(min).max(1))
@@ -242,11 +239,7 @@ impl Completion {
     pub fn piece(&self, from: u32, to: u32) -> &str {
         let end_of = |n: u32| match n {
             0 => 0,
-            n => self
-                .ends
-                .get(n as usize - 1)
-                .copied()
-                .unwrap_or(self.text.len()),
+            n => self.ends.get(n as usize - 1).copied().unwrap_or(self.text.len()),
         };
         &self.text[end_of(from)..end_of(to)]
     }

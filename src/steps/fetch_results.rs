@@ -71,7 +71,10 @@ async fn list(ctx: &HostCtx, pattern: &str) -> Result<Vec<Listed>> {
         quote_glob(pattern)
     );
     let out = ctx.transport.output(&command).await?;
-    out.lines()
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_by_cached_key(|l| natural_key(l.rsplit('\t').next().unwrap_or(l)));
+    lines
+        .into_iter()
         .filter(|l| !l.is_empty())
         .map(|line| {
             let mut parts = line.splitn(3, '\t');
@@ -86,6 +89,24 @@ async fn list(ctx: &HostCtx, pattern: &str) -> Result<Vec<Listed>> {
             }
         })
         .collect()
+}
+
+/// Orders `c4.json` before `c16.json`: digit runs compare as numbers.
+fn natural_key(text: &str) -> Vec<(u64, String)> {
+    let mut key = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            key.push((rest[..digits].parse().unwrap_or(u64::MAX), String::new()));
+            rest = &rest[digits..];
+        } else {
+            let word = rest.len() - rest.trim_start_matches(|c: char| !c.is_ascii_digit()).len();
+            key.push((0, rest[..word].to_string()));
+            rest = &rest[word..];
+        }
+    }
+    key
 }
 
 fn verify(item: &Listed, data: &[u8]) -> Result<()> {
@@ -222,6 +243,13 @@ mod tests {
         assert_eq!(quote_glob("/x/$(reboot)/*.json"), "'/x/$(reboot)/'*.json");
         assert_eq!(quote_glob("/x/c[0-9].json"), "/x/c[0-9].json");
         assert_eq!(quote_glob("/x/[$(id)].json"), "'/x/[$(id)].json'");
+    }
+
+    #[test]
+    fn files_are_listed_in_natural_order() {
+        let mut names = vec!["r/c16.json", "r/c1.json", "r/c256.json", "r/c4.json"];
+        names.sort_by_cached_key(|n| natural_key(n));
+        assert_eq!(names, ["r/c1.json", "r/c4.json", "r/c16.json", "r/c256.json"]);
     }
 
     #[test]

@@ -192,7 +192,11 @@ impl Sshd {
     pub fn known_hosts_line(&self) -> String {
         let key: Vec<&str> = self.host_key_public.split_whitespace().take(2).collect();
         // ssh writes the bare address for port 22 and `[address]:port` otherwise.
-        let host = if self.port == 22 { self.address.clone() } else { format!("[{}]:{}", self.address, self.port) };
+        let host = if self.port == 22 {
+            self.address.clone()
+        } else {
+            format!("[{}]:{}", self.address, self.port)
+        };
         format!("{host} {}\n", key.join(" "))
     }
 
