@@ -433,3 +433,86 @@ fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
     assert_eq!(manifest["status"], "interrupted");
     assert_eq!(manifest["hosts"]["a"]["steps"][0]["status"], "interrupted");
 }
+
+#[test]
+fn a_templated_script_is_rendered_with_the_hosts_variables() {
+    let env = Env::new();
+    let a = env.host("a");
+    let b = env.host("b");
+    let mut entries = vec![env.entry("a", &a), env.entry("b", &b)];
+    entries[0].push_str("    vars: {model: big-model}\n");
+    entries[1].push_str("    vars: {model: small-model}\n");
+    env.inventory(&entries, "");
+    env.write("bench.py.j2", "MODEL = \"{{ model }}\"\nHOST = \"{{ host }}\"\n");
+    env.write(
+        "t.yaml",
+        "name: t\nsteps:\n  - copy-script: {src: bench.py.j2, dest: \"{{ workdir }}/bench.py\", template: true, mode: \"0640\"}\n",
+    );
+    let (out, _) = env.run("t.yaml", &["--forks", "1"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    for (host, model) in [("a", "big-model"), ("b", "small-model")] {
+        let path = env.path().join(format!("work-{host}/bench.py"));
+        let rendered = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(rendered, format!("MODEL = \"{model}\"\nHOST = \"{host}\"\n"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+    }
+}
+
+#[test]
+fn a_kept_server_outlives_the_playbook_and_a_plain_one_does_not() {
+    let env = Env::new();
+    let a = env.host("a");
+    env.inventory(&[env.entry("a", &a)], "");
+    let port = |_: ()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (kept, plain) = (port(()), port(()));
+    let rigrun = env!("CARGO_BIN_EXE_rigrun");
+    env.write(
+        "servers.yaml",
+        &format!(
+            "name: servers\nsteps:\n  - start-server: {{command: \"{rigrun} sim --profile tiny --port {kept}\", url: \"http://127.0.0.1:{kept}\", keep: true}}\n  - start-server: {{command: \"{rigrun} sim --profile tiny --port {plain}\", url: \"http://127.0.0.1:{plain}\"}}\n  - verify-server: {{url: \"http://127.0.0.1:{plain}\", model: rigrun/tiny}}\n"
+        ),
+    );
+    let (out, runs) = env.run("servers.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let listening = |p: u16| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok();
+    assert!(listening(kept), "the kept server should still run");
+    assert!(
+        wait_for(|| !listening(plain)),
+        "the plain server should be stopped with the playbook"
+    );
+    // The kept server logs on the host, and its process group is recorded to stop it later.
+    let manifest = manifest(&only_run_dir(&runs));
+    let details = &manifest["hosts"]["a"]["steps"][0]["details"];
+    let remote_log = details["remote_log"].as_str().unwrap();
+    assert!(std::fs::read_to_string(remote_log)
+        .unwrap()
+        .contains("serving rigrun/tiny"));
+    let group = format!("-{}", details["remote_process_group"].as_u64().unwrap());
+    sh("kill", &["-TERM", "--", &group]);
+    assert!(
+        wait_for(|| !listening(kept)),
+        "the kept server did not stop on kill -TERM -- {group}"
+    );
+}
+
+/// Polls `done` for up to 10 s.
+fn wait_for(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}

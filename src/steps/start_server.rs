@@ -52,7 +52,7 @@ pub async fn run(
 ) -> Result<StepOutcome> {
     let log_path = ctx.step_dir(step)?.join("server.log");
     let watch = Arc::new(Mutex::new(Watch::default()));
-    let (task, remote_log) = if keep {
+    let (task, detached) = if keep {
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
         (
@@ -77,7 +77,8 @@ pub async fn run(
         "command": command,
         "url": url,
         "log": log_path.strip_prefix(&ctx.run_dir).unwrap_or(&log_path).display().to_string(),
-        "remote_log": remote_log,
+        "remote_log": detached.as_ref().map(|d| &d.log),
+        "remote_process_group": detached.as_ref().map(|d| d.pid),
         "keep": keep,
     });
     match wait_until_up(&endpoint, wait, None, &gone).await {
@@ -133,8 +134,14 @@ fn spawn_attached(
     }))
 }
 
-/// Starts the server in its own session on the host, logging to a file there; returns that path.
-async fn start_detached(ctx: &HostCtx, step: &PlannedStep, command: &str) -> Result<String> {
+/// Where a kept server logs on the host, and its process group there (`kill -TERM -PGID` stops it).
+struct Detached {
+    log: String,
+    pid: u32,
+}
+
+/// Starts the server in its own session on the host, logging to a file there.
+async fn start_detached(ctx: &HostCtx, step: &PlannedStep, command: &str) -> Result<Detached> {
     let log = format!(
         "{}/logs/{}-{:02}-{}.log",
         ctx.workdir,
@@ -148,6 +155,13 @@ async fn start_detached(ctx: &HostCtx, step: &PlannedStep, command: &str) -> Res
          $s sh -c {} > {q} 2>&1 < /dev/null & echo $!",
         shell_quote(command)
     );
-    ctx.transport.output(&launcher).await?;
-    Ok(log)
+    let out = ctx.transport.output(&launcher).await?;
+    let pid = out.trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "starting the server on {} printed `{}`, not its process id",
+            ctx.host,
+            out.trim()
+        )
+    })?;
+    Ok(Detached { log, pid })
 }
