@@ -17,8 +17,8 @@ pub mod steps;
 pub mod store;
 pub mod transport;
 
-#[cfg(test)]
-mod testutil;
+#[doc(hidden)]
+pub mod testutil;
 
 /// reqwest is built on rustls without a default crypto provider (ring builds twice as fast as
 /// the default); install ring once before any client is built.

@@ -1,4 +1,4 @@
-//! Helpers for unit tests.
+//! Helpers shared by the unit tests and the tests in `tests/` (not part of the CLI).
 
 use std::time::{Duration, Instant};
 

@@ -27,6 +27,14 @@ impl Env {
         }
     }
 
+    /// An environment with one host `a` in its inventory.
+    fn with_one_host() -> (Env, Sshd) {
+        let env = Env::new();
+        let a = env.host("a");
+        env.inventory(&[env.entry("a", &a)], "");
+        (env, a)
+    }
+
     fn path(&self) -> &Path {
         self.tmp.path()
     }
@@ -115,9 +123,7 @@ fn step_details(manifest: &Value, host: &str, kind: &str) -> Value {
 
 #[test]
 fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     env.write("bench.sh", BENCH_SCRIPT);
     env.write("sweep.yaml", SWEEP_PLAYBOOK);
 
@@ -190,9 +196,7 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
 
 #[test]
 fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     env.write("bench.sh", BENCH_SCRIPT);
     env.write(
         "copy.yaml",
@@ -225,9 +229,7 @@ fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
 
 #[test]
 fn a_hostile_value_reaches_the_program_as_one_literal_argument() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     let marker = env.path().join("pwned");
     env.write(
         "echo.yaml",
@@ -319,9 +321,7 @@ fn a_dead_host_stops_only_itself() {
 
 #[test]
 fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     let pid_file = env.path().join("sleep.pid");
     env.write(
         "slow.yaml",
@@ -357,9 +357,7 @@ fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
 
 #[test]
 fn a_server_that_never_answers_fails_verify_with_the_last_error() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -383,9 +381,7 @@ fn a_server_that_never_answers_fails_verify_with_the_last_error() {
 
 #[test]
 fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     let pid_file = env.path().join("sleep.pid");
     env.write(
         "long.yaml",
@@ -464,9 +460,7 @@ fn a_templated_script_is_rendered_with_the_hosts_variables() {
 
 #[test]
 fn a_kept_server_outlives_the_playbook_and_a_plain_one_does_not() {
-    let env = Env::new();
-    let a = env.host("a");
-    env.inventory(&[env.entry("a", &a)], "");
+    let (env, _a) = Env::with_one_host();
     let port = |_: ()| {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()

@@ -291,18 +291,8 @@ impl Drop for Netns {
     }
 }
 
-/// Waits (at most 10 s) until process `pid` has exited; true when it did.
-pub fn wait_until_gone(pid: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.split_whitespace().nth(2) == Some("Z") {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
+#[allow(unused_imports)]
+pub use rigrun::testutil::wait_until_gone;
 
 /// The single run directory under `runs`.
 pub fn only_run_dir(runs: &Path) -> PathBuf {
