@@ -185,11 +185,7 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
     // A second run finds the script unchanged and does not upload it again.
     let (out, runs) = env.run("sweep.yaml", &[]);
     assert!(out.status.success(), "{:?}", text(&out));
-    let newest = std::fs::read_dir(&runs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .max()
-        .unwrap();
+    let newest = newest_run_dir(&runs);
     let copy = step_details(&common::manifest(&newest), "a", "copy-script");
     assert_eq!(copy["uploaded"], false);
 }
@@ -211,11 +207,7 @@ fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
 
     let (out, _) = env.run("copy.yaml", &[]);
     assert!(out.status.success(), "{:?}", text(&out));
-    let newest = std::fs::read_dir(&runs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .max()
-        .unwrap();
+    let newest = newest_run_dir(&runs);
     let copy = step_details(&manifest(&newest), "a", "copy-script");
     assert_eq!(copy["uploaded"], true);
     assert_eq!(copy["previous_sha256"].as_str().unwrap().len(), 64);

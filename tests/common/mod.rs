@@ -304,6 +304,12 @@ pub fn only_run_dir(runs: &Path) -> PathBuf {
     dirs.into_iter().next().unwrap()
 }
 
+/// The most recent run directory under `runs` (run ids start with their UTC time).
+pub fn newest_run_dir(runs: &Path) -> PathBuf {
+    let dirs = std::fs::read_dir(runs).unwrap().map(|e| e.unwrap().path());
+    dirs.max().expect("no run directory")
+}
+
 /// The records of a run directory as JSON values.
 pub fn records(run_dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run_dir.join("records.jsonl"))
