@@ -100,7 +100,7 @@ impl Progress {
             Event::Output {
                 host, label, line, ..
             } if self.show_output => {
-                self.line(format!("[{host} {label}] {line}"));
+                self.line(format!("[{host} {label}] {}", shorten_record(line)));
             }
             Event::StepFinished {
                 host,
@@ -152,5 +152,42 @@ impl Progress {
                 bar.finish();
             }
         }
+    }
+}
+
+/// A JSON result line is shown as its headline numbers; the whole record is in the run directory.
+fn shorten_record(line: &str) -> String {
+    let Ok(serde_json::Value::Object(record)) = serde_json::from_str::<serde_json::Value>(line.trim()) else {
+        return line.to_string();
+    };
+    let headline: Vec<String> = [
+        "output_throughput",
+        "completed",
+        "failed",
+        "median_ttft_ms",
+        "median_tpot_ms",
+    ]
+    .iter()
+    .filter_map(|k| record.get(*k).map(|v| format!("{k}={v}")))
+    .collect();
+    match headline.is_empty() {
+        true => format!("record with {} metrics", record.len()),
+        false => format!("record: {}", headline.join(" ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_show_their_headline() {
+        let line = r#"{"backend": "x", "output_throughput": 22.5, "completed": 3, "failed": 0}"#;
+        assert_eq!(
+            shorten_record(line),
+            "record: output_throughput=22.5 completed=3 failed=0"
+        );
+        assert_eq!(shorten_record(r#"{"a": 1}"#), "record with 1 metrics");
+        assert_eq!(shorten_record("plain log"), "plain log");
     }
 }
