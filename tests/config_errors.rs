@@ -167,10 +167,33 @@ fn a_bad_extra_var_is_invalid_input() {
     assert!(text(&out).1.contains("is not KEY=VALUE"));
     let out = run_rigrun(dir.path(), &["check", "ok.yaml", "-l", "nohost"]);
     assert_eq!(out.status.code(), Some(2));
+    let (_, stderr) = text(&out);
     assert!(
+        stderr.contains("`nohost` is not one of this playbook's hosts or their groups (gpu1, gpu2)"),
+        "{stderr}"
+    );
+    let out = run_rigrun(dir.path(), &["plan", "ok.yaml", "-l", "gpu"]);
+    assert!(
+        out.status.success(),
+        "a group name limits to its hosts: {:?}",
         text(&out)
-            .1
-            .contains("`nohost` is not one of this playbook's hosts (gpu1, gpu2)"),
+    );
+}
+
+#[test]
+fn a_host_name_that_would_not_be_a_plain_folder_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  ../evil:\n    connection: local\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("ok.yaml"), "name: t\nsteps: []\n").unwrap();
+    let out = run_rigrun(dir.path(), &["check", "ok.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("hosts.yaml:3:"), "{:?}", text(&out));
+    assert!(
+        text(&out).1.contains("host name `../evil` may only use"),
         "{:?}",
         text(&out)
     );

@@ -28,24 +28,8 @@ pub fn select_hosts(config: &Config, limit: Option<&[String]>) -> Result<Vec<Str
         }
     }
     if let Some(limit) = limit {
-        for name in limit {
-            if !wanted.contains(name.as_str()) {
-                let known: Vec<&str> = inv
-                    .hosts
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|h| wanted.contains(h))
-                    .collect();
-                errors.push(ConfigError::plain(
-                    std::path::Path::new("-l"),
-                    format!(
-                        "`{name}` is not one of this playbook's hosts ({})",
-                        known.join(", ")
-                    ),
-                ));
-            }
-        }
-        wanted.retain(|h| limit.iter().any(|l| l == h));
+        let limited = limit_hosts(config, limit, &wanted, &mut errors);
+        wanted.retain(|h| limited.contains(h));
     }
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
@@ -62,9 +46,62 @@ pub fn select_hosts(config: &Config, limit: Option<&[String]>) -> Result<Vec<Str
     Ok(hosts)
 }
 
+/// `-l NAME,...`: host or group names, each of which must be among the playbook's hosts.
+fn limit_hosts<'a>(
+    config: &'a Config,
+    limit: &'a [String],
+    wanted: &HashSet<&str>,
+    errors: &mut Vec<ConfigError>,
+) -> HashSet<&'a str> {
+    let inv = &config.inventory;
+    let mut limited = HashSet::new();
+    for name in limit {
+        let members: Vec<&str> = match inv.groups.get(name) {
+            Some(group) => group.iter().map(|m| m.value.as_str()).collect(),
+            None => vec![name.as_str()],
+        };
+        if members.iter().all(|m| !wanted.contains(m)) {
+            let known: Vec<&str> = inv
+                .hosts
+                .keys()
+                .map(String::as_str)
+                .filter(|h| wanted.contains(h))
+                .collect();
+            errors.push(ConfigError::plain(
+                std::path::Path::new("-l"),
+                format!(
+                    "`{name}` is not one of this playbook's hosts or their groups ({})",
+                    known.join(", ")
+                ),
+            ));
+        }
+        limited.extend(members);
+    }
+    limited
+}
+
+/// Host names become folder names in the run directory, so they stay plain.
+fn check_host_names(config: &Config) -> Vec<ConfigError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    config
+        .inventory
+        .hosts
+        .iter()
+        .filter(|(name, _)| name.is_empty() || !name.chars().all(plain) || name.starts_with('.'))
+        .map(|(name, spec)| {
+            ConfigError::at(
+                &config.inventory_path,
+                &config.inventory_text,
+                &spec.referenced,
+                format!("host name `{name}` may only use letters, digits, `.`, `_` and `-` (put the address in `address:`)"),
+            )
+        })
+        .collect()
+}
+
 fn check_groups(config: &Config) -> Vec<ConfigError> {
     let inv = &config.inventory;
-    let mut errors = Vec::new();
+    let mut errors = check_host_names(config);
     for members in inv.groups.values() {
         for member in members.iter().filter(|m| !inv.hosts.contains_key(&m.value)) {
             let names: Vec<&str> = inv.hosts.keys().map(String::as_str).collect();
