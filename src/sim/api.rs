@@ -1,6 +1,8 @@
 //! The OpenAI wire format as vLLM and SGLang speak it: request parsing and validation,
 //! responses, pre-serialised stream chunks, and errors.
 
+use std::io::Write as _;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::de::{self, Deserializer};
@@ -47,15 +49,21 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {
+impl ApiError {
+    /// The JSON body: `{"error": {"message", "type", "param", "code"}}`.
+    pub fn body(&self) -> Value {
+        serde_json::json!({"error": {
             "message": self.message,
             "type": self.kind(),
             "param": null,
             "code": self.status.as_u16(),
-        }});
-        (self.status, axum::Json(body)).into_response()
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
     }
 }
 
@@ -447,35 +455,35 @@ impl ChunkWriter {
     }
 
     /// A chunk carrying `text` for choice `index`, with the finish reason on the last one.
+    /// Writes into a Vec, which cannot fail.
     pub fn token(&self, out: &mut Vec<u8>, index: usize, text: &str, finish: Option<FinishReason>) {
         out.extend_from_slice(&self.head);
-        out.extend_from_slice(format!("{{\"index\":{index},").as_bytes());
+        let _ = write!(out, "{{\"index\":{index},");
         out.extend_from_slice(match self.endpoint {
             Endpoint::Completions => b"\"text\":".as_slice(),
             Endpoint::Chat => b"\"delta\":{\"content\":",
         });
-        // Writing a &str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, text);
         if self.endpoint == Endpoint::Chat {
             out.push(b'}');
         }
-        out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
-        match finish {
-            Some(reason) => out.extend_from_slice(format!("\"{}\"", reason.as_str()).as_bytes()),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b"}]}\n\n");
+        let _ = match finish {
+            Some(reason) => write!(
+                out,
+                ",\"logprobs\":null,\"finish_reason\":\"{}\"}}]}}\n\n",
+                reason.as_str()
+            ),
+            None => write!(out, ",\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"),
+        };
     }
 
     /// The chat stream's opening chunk for choice `index`: the assistant role, no content yet.
     pub fn role(&self, out: &mut Vec<u8>, index: usize) {
         out.extend_from_slice(&self.head);
-        out.extend_from_slice(
-            format!(
-                "{{\"index\":{index},\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\
-                 \"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
-            )
-            .as_bytes(),
+        let _ = write!(
+            out,
+            "{{\"index\":{index},\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\
+             \"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
         );
     }
 

@@ -2,10 +2,12 @@
 //! to an `Instant` at start, and delivers each step's tokens when its absolute deadline comes.
 //!
 //! Deadlines are absolute (`anchor + virtual time`), so lateness never accumulates: a late
-//! wake-up delays that step's delivery, not the steps after it. A dedicated thread sleeps with
-//! the OS's precision (tens of µs) instead of the async runtime's 1 ms timer wheel, and one
-//! wake-up per step serves the whole batch. When the server goes idle, the clock jumps to the
-//! present at the next arrival.
+//! wake-up delays that step's delivery, not the steps after it. A dedicated thread paces the
+//! steps with µs precision (an OS sleep that ends a little early, then a short yield loop)
+//! instead of the async runtime's 1 ms timer wheel, and one wake-up per step serves the whole
+//! batch. When the server is idle, the clock jumps to the arrival time of the next request
+//! (taken when its HTTP handler started), so parsing and thread hand-off do not add to its
+//! time to first token.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,6 +53,8 @@ impl Sink {
 struct Submission {
     spec: JobSpec,
     sink: Sink,
+    /// When the request reached the server.
+    arrived: Instant,
 }
 
 /// The engine stopped (its thread ended).
@@ -77,10 +81,13 @@ impl Engine {
         Ok(Self { tx, stats })
     }
 
-    /// Queues a request; its progress goes to `sink`. A request the KV cache can never hold
-    /// is dropped, which closes its channel before it is done (callers validate lengths first).
-    pub fn submit(&self, spec: JobSpec, sink: Sink) -> Result<(), EngineStopped> {
-        self.tx.send(Submission { spec, sink }).map_err(|_| EngineStopped)
+    /// Queues a request that reached the server at `arrived`; its progress goes to `sink`. A
+    /// request the KV cache can never hold is dropped, which closes its channel before it is
+    /// done (callers validate lengths first).
+    pub fn submit(&self, spec: JobSpec, sink: Sink, arrived: Instant) -> Result<(), EngineStopped> {
+        self.tx
+            .send(Submission { spec, sink, arrived })
+            .map_err(|_| EngineStopped)
     }
 
     /// The scheduler's gauges and counters after the last step.
@@ -93,11 +100,12 @@ impl Engine {
 fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, stats: &Mutex<Stats>) {
     let anchor = Instant::now();
     let mut now = Duration::ZERO;
+    let mut pacer = Pacer::default();
     loop {
         if scheduler.is_idle() {
             let Ok(first) = rx.recv() else { return };
+            now = now.max(first.arrived.saturating_duration_since(anchor));
             accept(&mut scheduler, first);
-            now = now.max(anchor.elapsed());
         }
         while let Ok(next) = rx.try_recv() {
             accept(&mut scheduler, next);
@@ -105,8 +113,7 @@ fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, st
         scheduler.cancel_where(Sink::is_gone);
         if let Some(step_ns) = scheduler.plan_step() {
             now += Duration::from_nanos(step_ns);
-            let deadline = anchor + now;
-            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            pacer.wait_until(anchor + now);
             scheduler.finish_step(|sink, progress| sink.deliver(progress));
         }
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = scheduler.stats();
@@ -117,5 +124,57 @@ fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, st
 fn accept(scheduler: &mut Scheduler<Sink>, submission: Submission) {
     if let Err(too_large) = scheduler.submit(submission.spec, submission.sink) {
         tracing::warn!("rigrun sim: dropped a request: {too_large}");
+    }
+}
+
+/// Waits for deadlines with µs precision at little CPU cost: the OS sleep is set to end
+/// early by twice the recent average oversleep, and yielding covers the rest.
+#[derive(Debug)]
+struct Pacer {
+    /// Exponential average of how late OS sleeps end.
+    oversleep: Duration,
+}
+
+impl Default for Pacer {
+    fn default() -> Self {
+        Self {
+            oversleep: Duration::from_micros(50),
+        }
+    }
+}
+
+impl Pacer {
+    /// The most the sleep is shortened by (bounds the yield loop's CPU cost).
+    const MAX_EARLY: Duration = Duration::from_millis(1);
+
+    /// Returns at `deadline` (or at once if it has passed).
+    fn wait_until(&mut self, deadline: Instant) {
+        let start = Instant::now();
+        let early = (self.oversleep * 2).min(Self::MAX_EARLY);
+        if let Some(target) = deadline.checked_sub(early).filter(|&t| t > start) {
+            std::thread::sleep(target - start);
+            let late = Instant::now().saturating_duration_since(target);
+            self.oversleep = (self.oversleep * 7 + late) / 8;
+        }
+        while Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_never_returns_early_and_learns_the_oversleep() {
+        let mut pacer = Pacer::default();
+        for _ in 0..20 {
+            let deadline = Instant::now() + Duration::from_micros(500);
+            pacer.wait_until(deadline);
+            assert!(Instant::now() >= deadline);
+        }
+        let past = Instant::now();
+        pacer.wait_until(past);
     }
 }

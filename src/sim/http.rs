@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -90,11 +91,13 @@ async fn models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
 }
 
 async fn completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    respond(api::parse_completion(&body, &app.served), &app).await
+    let arrived = Instant::now();
+    respond(api::parse_completion(&body, &app.served), arrived, &app).await
 }
 
 async fn chat_completions(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    respond(api::parse_chat(&body, &app.served), &app).await
+    let arrived = Instant::now();
+    respond(api::parse_chat(&body, &app.served), arrived, &app).await
 }
 
 async fn not_found(uri: Uri) -> ApiError {
@@ -143,10 +146,10 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
-/// Runs a parsed request, or returns its error.
-async fn respond(parsed: Result<Generation, ApiError>, app: &AppState) -> Response {
+/// Runs a parsed request that arrived at `arrived`, or returns its error.
+async fn respond(parsed: Result<Generation, ApiError>, arrived: Instant, app: &AppState) -> Response {
     match parsed {
-        Ok(request) => generate(request, app)
+        Ok(request) => generate(request, arrived, app)
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Err(err) => err.into_response(),
@@ -154,7 +157,7 @@ async fn respond(parsed: Result<Generation, ApiError>, app: &AppState) -> Respon
 }
 
 /// Submits every choice of `request` to the engine and answers, streamed or whole.
-async fn generate(request: Generation, app: &AppState) -> Result<Response, ApiError> {
+async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Result<Response, ApiError> {
     let outputs: Vec<Completion> = (0..request.prompts.len())
         .map(|i| request.plan(i, app.natural_length))
         .collect();
@@ -172,7 +175,7 @@ async fn generate(request: Generation, app: &AppState) -> Result<Response, ApiEr
         // Choices are indexed by u32 on the wire between engine and handler.
         let sink = Sink::new(tx.clone(), choice as u32, request.stream);
         app.engine
-            .submit(spec, sink)
+            .submit(spec, sink, arrived)
             .map_err(|e| internal(&e.to_string()))?;
     }
     let meta = app.meta(&request);
@@ -258,8 +261,7 @@ impl TokenStream {
     /// Writes the stream's end: the usage chunk if asked for, then `[DONE]`.
     fn close(&self, out: &mut Vec<u8>) {
         if self.remaining > 0 {
-            let err = serde_json::json!({"error": {"message": "the simulated engine dropped the request",
-                "type": "InternalServerError", "param": null, "code": 500}});
+            let err = internal("the simulated engine dropped the request").body();
             out.extend_from_slice(format!("data: {err}\n\n").as_bytes());
         } else if let Some(usage) = self.usage {
             self.writer.usage(out, usage);

@@ -121,8 +121,14 @@ pub struct Profile {
 pub enum ProfileError {
     #[error("cannot read profile file {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("invalid profile {0}")]
-    Syntax(String),
+    #[error("invalid profile {origin}:{line}:{column}:\n{rendered}")]
+    Syntax {
+        origin: String,
+        line: u64,
+        column: u64,
+        /// serde-saphyr's message with a source snippet.
+        rendered: String,
+    },
     #[error("invalid profile {origin}:{line}:{column}: {message}")]
     Invalid {
         origin: String,
@@ -162,9 +168,15 @@ impl Profile {
     /// Parses and validates `source`; `origin` names it in errors.
     pub fn parse(name: &str, origin: &str, source: &str) -> Result<Self, ProfileError> {
         let file: ProfileFile = serde_saphyr::from_str(source).map_err(|err| {
-            ProfileError::Syntax(err.render_with_options(serde_saphyr::render_options! {
-                source_name: Some(origin),
-            }))
+            let at = err.location().unwrap_or(serde_saphyr::Location::UNKNOWN);
+            ProfileError::Syntax {
+                origin: origin.into(),
+                line: at.line(),
+                column: at.column(),
+                rendered: err.render_with_options(serde_saphyr::render_options! {
+                    source_name: Some(origin),
+                }),
+            }
         })?;
         file.validate(name)
             .map_err(|(at, message)| ProfileError::Invalid {

@@ -8,7 +8,9 @@
 //!   tokens (chunked prefill, oldest requests first); the step that completes a prompt also
 //!   produces the request's first output token.
 //! - With prefix caching, the cached leading blocks of a prompt are not computed again (the
-//!   last prompt token always is, since it yields the first output token).
+//!   last prompt token always is, since it yields the first output token). The cache is looked
+//!   up when a prompt's prefill starts, so a prompt computed in one step serves the requests
+//!   that start prefilling in later steps, as in vLLM.
 
 use std::collections::VecDeque;
 
@@ -82,6 +84,8 @@ struct Job<S> {
     spec: JobSpec,
     /// Prompt tokens still to compute.
     prefill_left: u32,
+    /// Whether the prefix cache was consulted (when its prefill started).
+    looked_up: bool,
     /// Prompt tokens computed in the current step.
     prefill_now: u32,
     generated: u32,
@@ -126,6 +130,7 @@ impl<S> Scheduler<S> {
             sink,
             spec,
             prefill_left,
+            looked_up: false,
             prefill_now: 0,
             generated: 0,
         });
@@ -159,6 +164,9 @@ impl<S> Scheduler<S> {
         let (mut sequences, mut attended, mut prefill) = (0usize, 0u64, 0u64);
         for job in &mut self.running {
             if job.prefill_left > 0 {
+                if !job.looked_up && budget > 0 {
+                    start_prefill(job, self.cache.as_mut(), &mut self.stats);
+                }
                 job.prefill_now = job.prefill_left.min(budget);
                 budget -= job.prefill_now;
                 prefill += u64::from(job.prefill_now);
@@ -210,7 +218,7 @@ impl<S> Scheduler<S> {
         self.stats.requests_finished_total += finished;
     }
 
-    /// Moves requests from the queue into the batch while they fit.
+    /// Moves requests from the queue into the batch while their reservations fit.
     fn admit(&mut self) {
         while self.running.len() < self.limits.max_running.max(1) {
             let Some(head) = self.waiting.front() else {
@@ -219,19 +227,10 @@ impl<S> Scheduler<S> {
             if self.kv_used + head.spec.reservation() > self.limits.kv_capacity {
                 break;
             }
-            let Some(mut job) = self.waiting.pop_front() else {
+            let Some(job) = self.waiting.pop_front() else {
                 break;
             };
-            let prompt = u64::from(job.spec.prompt_tokens);
-            let cached = match self.cache.as_mut() {
-                Some(cache) => cache.lookup(&job.spec.block_hashes).min(prompt.saturating_sub(1)),
-                None => 0,
-            };
-            // `cached` < prompt, which is a u32.
-            job.prefill_left = (prompt - cached).max(1) as u32;
             self.kv_used += job.spec.reservation();
-            self.stats.prompt_tokens_total += prompt;
-            self.stats.cached_prompt_tokens_total += cached;
             self.running.push(job);
         }
     }
@@ -245,6 +244,19 @@ impl<S> Scheduler<S> {
             ..self.stats
         }
     }
+}
+
+/// Starts a prompt's prefill: skips its cached leading blocks (never the last token).
+fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &mut Stats) {
+    let prompt = u64::from(job.spec.prompt_tokens);
+    let cached = cache.map_or(0, |c| {
+        c.lookup(&job.spec.block_hashes).min(prompt.saturating_sub(1))
+    });
+    // `cached` < prompt, which is a u32.
+    job.prefill_left = (prompt - cached).max(1) as u32;
+    job.looked_up = true;
+    stats.prompt_tokens_total += prompt;
+    stats.cached_prompt_tokens_total += cached;
 }
 
 #[cfg(test)]
@@ -423,6 +435,28 @@ mod tests {
             step(&mut full);
         }
         assert_eq!(full.stats().cached_prompt_tokens_total, 19);
+    }
+
+    #[test]
+    fn a_prompt_computed_in_one_step_serves_prompts_starting_later() {
+        // Chunks of 1000: the first prompt fills the step, the others start after it.
+        let mut s = scheduler(8, 100_000, 1000);
+        s.cache = Some(PrefixCache::new(16, 100_000));
+        let prompt = vec![23066u32; 1000];
+        for id in 0..3 {
+            s.submit(
+                JobSpec {
+                    block_hashes: block_hashes(&prompt, 16),
+                    ..spec(1000, 5)
+                },
+                id,
+            )
+            .unwrap();
+        }
+        assert_eq!(step(&mut s).0, Some(1_000_000 + 1_000_000));
+        // Both others now hit the cache: 8 tokens each; with the decoder, three sequences.
+        assert_eq!(step(&mut s).0, Some(3_000_000 + 16_000));
+        assert_eq!(s.stats().cached_prompt_tokens_total, 2 * 992);
     }
 
     #[test]
