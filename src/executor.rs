@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use chrono::Utc;
 use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::config::{template, Builtins, Config, Connection};
 use crate::events::{Event, EventSender, Status};
@@ -40,19 +41,10 @@ type OpenTransports = Arc<Mutex<Vec<Arc<Transport>>>>;
 pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> Result<RunOutcome> {
     let started = Utc::now();
     let run_id = RunDir::new_run_id(&opts.runs_dir, &config.playbook.name.value, started);
-    let manifest = manifest_for(&config, &run_id, started);
-    let mut run_dir = RunDir::create(&opts.runs_dir, manifest)?;
+    let run_dir = RunDir::create(&opts.runs_dir, manifest_for(&config, &run_id, started))?;
     let run_path = run_dir.path.clone();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    let store = std::thread::spawn(move || -> Result<RunDir> {
-        let mut progress = progress;
-        while let Some(event) = rx.blocking_recv() {
-            progress.show(&event);
-            run_dir.journal(&event)?;
-        }
-        progress.finish();
-        Ok(run_dir)
-    });
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let store = spawn_store(run_dir, progress, rx);
     let _ = tx.send(Event::RunStarted {
         run_id: run_id.clone(),
         hosts: config.hosts.clone(),
@@ -64,7 +56,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         .context("cannot create a control directory in /tmp")?;
     let open: OpenTransports = Arc::default();
     let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
     for host in &config.hosts {
         let job = HostJob {
             host: host.clone(),
@@ -82,21 +74,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         });
     }
 
-    let mut all_ok = true;
-    let interrupted = tokio::select! {
-        _ = async {
-            while let Some(done) = tasks.join_next().await {
-                all_ok &= matches!(done, Ok(Status::Ok));
-            }
-        } => false,
-        _ = tokio::signal::ctrl_c() => true,
-    };
-    if interrupted {
-        // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
-        // the commands' process groups.
-        tasks.shutdown().await;
-        let _ = tx.send(Event::Interrupted);
-    }
+    let status = wait_or_interrupt(&mut tasks, &tx).await;
     let transports: Vec<_> = open
         .lock()
         .map(|mut v| std::mem::take(&mut *v))
@@ -104,11 +82,6 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     for transport in transports {
         transport.close().await;
     }
-    let status = match (interrupted, all_ok) {
-        (true, _) => Status::Interrupted,
-        (false, true) => Status::Ok,
-        (false, false) => Status::Failed,
-    };
     let _ = tx.send(Event::RunFinished { status });
     drop(tx);
     let run_dir = store
@@ -126,6 +99,48 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         status,
         failures,
     })
+}
+
+/// The store runs on its own thread: it journals every event (file writes, flushed per line) and
+/// shows it, in the order the hosts sent them.
+fn spawn_store(
+    mut run_dir: RunDir,
+    mut progress: Progress,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+) -> std::thread::JoinHandle<Result<RunDir>> {
+    std::thread::spawn(move || {
+        while let Some(event) = rx.blocking_recv() {
+            progress.show(&event);
+            run_dir.journal(&event)?;
+        }
+        progress.finish();
+        Ok(run_dir)
+    })
+}
+
+/// Waits for every host, or for Ctrl-C; returns how the run ended.
+async fn wait_or_interrupt(tasks: &mut JoinSet<Status>, tx: &EventSender) -> Status {
+    let mut all_ok = true;
+    let interrupted = tokio::select! {
+        _ = async {
+            while let Some(done) = tasks.join_next().await {
+                all_ok &= matches!(done, Ok(Status::Ok));
+            }
+        } => false,
+        _ = tokio::signal::ctrl_c() => true,
+    };
+    if interrupted {
+        // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
+        // the commands' process groups.
+        tasks.shutdown().await;
+        let _ = tx.send(Event::Interrupted);
+        return Status::Interrupted;
+    }
+    if all_ok {
+        Status::Ok
+    } else {
+        Status::Failed
+    }
 }
 
 fn summary_line(name: &str, host: &crate::store::HostEntry) -> String {
