@@ -1,13 +1,22 @@
 //! `compare`: hosts side by side with ratio columns against a baseline host; across runs, the
-//! change in percent per cell. Skipped, failed and missing cells are never compared.
+//! change in percent per cell, with changes beyond a tolerance marked as regressions or
+//! improvements. Skipped, failed, invalid and missing cells are never compared.
 
 use anyhow::{bail, Result};
 
-use super::{cell, group, is_fetched, pick_metric, Cell, Grid, Run, StepRecords};
+use super::references::{self, Lookup};
+use super::{
+    group, host_cell, is_fetched, pick_metric, scaling, tells_scaling, Cell, Grid, Run, StepRecords, Verdict,
+};
+
+/// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
+pub const DEFAULT_TOLERANCE: f64 = 5.0;
 
 pub struct CompareOptions<'a> {
     pub metric: Option<&'a str>,
     pub baseline: Option<&'a str>,
+    /// Changes across runs beyond this many percent are regressions or improvements.
+    pub tolerance: f64,
 }
 
 pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
@@ -18,23 +27,64 @@ pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
     }
 }
 
+/// `--tolerance`: a percentage such as `5%` (or `5`).
+pub fn parse_tolerance(text: &str) -> Result<f64, String> {
+    text.trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .ok_or_else(|| {
+            format!("`{text}` is not a percentage; write it like 5% (changes beyond it are marked)")
+        })
+}
+
+/// Whether a smaller value of `metric` is better: latencies and durations (vLLM's names end in
+/// `_ms`), failures. Everything else (throughputs, completed requests) is better larger.
+pub fn lower_is_better(metric: &str) -> bool {
+    let m = metric.to_ascii_lowercase();
+    m.ends_with("_ms")
+        || m.ends_with("_s")
+        || m.ends_with("_seconds")
+        || ["ttft", "tpot", "itl", "e2el", "latency"]
+            .iter()
+            .any(|k| m.contains(k))
+        || ["duration", "failed", "errors"].contains(&m.as_str())
+}
+
 fn ratio(value: Option<f64>, base: Option<f64>) -> Cell {
     match (value, base) {
         (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
             value: v / b,
             unit: "x",
+            verdict: None,
         },
         _ => Cell::Missing,
     }
 }
 
-fn change(value: Option<f64>, base: Option<f64>) -> Cell {
-    match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
-            value: (v / b - 1.0) * 100.0,
-            unit: "%",
-        },
-        _ => Cell::Missing,
+/// The change from `base` to `value` in percent, judged when it exceeds the tolerance.
+fn change(value: Option<f64>, base: Option<f64>, tolerance: f64, metric: &str) -> Cell {
+    let (Some(v), Some(b)) = (value, base) else {
+        return Cell::Missing;
+    };
+    if b == 0.0 {
+        return Cell::Missing;
+    }
+    let percent = (v / b - 1.0) * 100.0;
+    // A change of exactly the tolerance is within it (95 / 100 is -5.000000000000004%).
+    let verdict = (percent.abs() > tolerance + 1e-9).then(|| {
+        if (percent < 0.0) == lower_is_better(metric) {
+            Verdict::Improvement
+        } else {
+            Verdict::Regression
+        }
+    });
+    Cell::Derived {
+        value: percent,
+        unit: "%",
+        verdict,
     }
 }
 
@@ -48,28 +98,36 @@ pub fn closing_grids(run: &Run, metric: Option<&str>) -> Result<Vec<Grid>> {
         .into_iter()
         .filter(|g| !any_sweep || !is_fetched(g))
         .collect();
-    host_grids(
+    let mut grids = host_grids(
         run,
         wanted,
         &CompareOptions {
             metric,
             baseline: None,
+            tolerance: DEFAULT_TOLERANCE,
         },
-    )
+    )?;
+    grids.extend(references::grid(run));
+    Ok(grids)
 }
 
-/// Within one run: every host's value, then each host's ratio to the baseline.
+/// Within one run: every host's value, then each host's ratio to the baseline; the references
+/// last.
 fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
-    host_grids(run, group(&run.records), opts)
+    let mut grids = host_grids(run, group(&run.records), opts)?;
+    grids.extend(references::grid(run));
+    Ok(grids)
 }
 
-fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
+pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
     let hosts = run.hosts();
     let baseline = baseline(&hosts, opts.baseline)?;
     let others: Vec<&String> = hosts.iter().filter(|h| **h != baseline).collect();
+    let refs = Lookup::new(run);
+    let all_groups = group(&run.records);
     let mut grids = Vec::new();
-    for step in steps {
-        let metric = pick_metric(&step, opts.metric);
+    for step in &steps {
+        let metric = pick_metric(step, opts.metric);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
         columns.extend(others.iter().map(|h| format!("{h} / {baseline}")));
@@ -77,14 +135,20 @@ fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Resu
             .rows
             .iter()
             .map(|(label, by_host)| {
-                let base = cell(by_host.get(&baseline), &metric).value();
+                let cells: Vec<Cell> = hosts
+                    .iter()
+                    .map(|h| host_cell(&refs, step, by_host, h, &metric))
+                    .collect();
+                let base = cells[hosts.iter().position(|h| *h == baseline).unwrap_or(0)].number();
+                let ratios: Vec<Cell> = hosts
+                    .iter()
+                    .zip(&cells)
+                    .filter(|(h, _)| **h != baseline)
+                    .map(|(_, c)| ratio(c.number(), base))
+                    .collect();
                 let mut row = vec![Cell::Label { text: label.clone() }];
-                row.extend(hosts.iter().map(|h| cell(by_host.get(h), &metric)));
-                row.extend(
-                    others
-                        .iter()
-                        .map(|h| ratio(cell(by_host.get(*h), &metric).value(), base)),
-                );
+                row.extend(cells);
+                row.extend(ratios);
                 row
             })
             .collect();
@@ -95,6 +159,11 @@ fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Resu
                 step.step_index + 1,
                 step.step
             ),
+            scaling: match tells_scaling(&all_groups, step) {
+                true => scaling::stories(step, &metric, &hosts),
+                false => Vec::new(),
+            },
+            step: Some((step.step_index, step.step.clone())),
             metric,
             columns,
             rows,
@@ -118,9 +187,9 @@ fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
 }
 
 /// Across runs: per host, the value in each run and the change against the first run.
-fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let first = &runs[0];
+pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
     let groups: Vec<Vec<StepRecords>> = runs.iter().map(|r| group(&r.records)).collect();
+    let lookups: Vec<Lookup> = runs.iter().map(Lookup::new).collect();
     let mut hosts: Vec<String> = Vec::new();
     for run in runs {
         for h in run.hosts() {
@@ -151,44 +220,67 @@ fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
                 columns.push(format!("{host} Δ @{}", short_id(&run.manifest.run_id)));
             }
         }
-        let mut rows = Vec::new();
-        for label in step.rows.keys() {
-            let mut row = vec![Cell::Label { text: label.clone() }];
-            for host in &hosts {
-                let cells: Vec<Cell> = matching
-                    .iter()
-                    .map(|s| {
-                        cell(
-                            s.and_then(|s| s.rows.get(label)).and_then(|r| r.get(host)),
-                            &metric,
-                        )
-                    })
-                    .collect();
-                let base = cells[0].value();
-                let changes: Vec<Cell> = cells[1..].iter().map(|c| change(c.value(), base)).collect();
-                row.extend(cells);
-                row.extend(changes);
-            }
-            rows.push(row);
-        }
+        let rows = row_labels(&matching)
+            .into_iter()
+            .map(|label| {
+                let mut row = vec![Cell::Label { text: label.clone() }];
+                for host in &hosts {
+                    let cells: Vec<Cell> = matching
+                        .iter()
+                        .zip(&lookups)
+                        .map(|(s, refs)| match s.and_then(|s| Some((s, s.rows.get(&label)?))) {
+                            Some((s, by_host)) => host_cell(refs, s, by_host, host, &metric),
+                            None => Cell::Missing,
+                        })
+                        .collect();
+                    let base = cells[0].number();
+                    let changes: Vec<Cell> = cells[1..]
+                        .iter()
+                        .map(|c| change(c.number(), base, opts.tolerance, &metric))
+                        .collect();
+                    row.extend(cells);
+                    row.extend(changes);
+                }
+                row
+            })
+            .collect();
         grids.push(Grid {
             title: format!(
-                "step {}: {} across {} runs (first: {})",
+                "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
                 step.step_index + 1,
                 step.step,
                 runs.len(),
-                first.manifest.run_id
+                runs[0].manifest.run_id,
+                opts.tolerance
             ),
             metric,
             columns,
             rows,
+            scaling: Vec::new(),
+            step: Some((step.step_index, step.step.clone())),
         });
+    }
+    for run in runs {
+        grids.extend(references::grid(run));
     }
     Ok(grids)
 }
 
+/// Every row label of a step across runs, in the order first seen.
+fn row_labels(steps: &[Option<&StepRecords>]) -> Vec<String> {
+    let mut labels: Vec<String> = Vec::new();
+    for step in steps.iter().flatten() {
+        for label in step.rows.keys() {
+            if !labels.contains(label) {
+                labels.push(label.clone());
+            }
+        }
+    }
+    labels
+}
+
 /// The time part of a run id, enough to tell runs apart in a column name.
-fn short_id(run_id: &str) -> &str {
+pub(super) fn short_id(run_id: &str) -> &str {
     run_id.split('-').next().unwrap_or(run_id)
 }
 
@@ -201,7 +293,44 @@ mod tests {
         assert_eq!(ratio(Some(2.0), Some(1.0)).text(), "×2.00");
         assert!(matches!(ratio(None, Some(1.0)), Cell::Missing));
         assert!(matches!(ratio(Some(1.0), Some(0.0)), Cell::Missing));
-        assert_eq!(change(Some(95.0), Some(100.0)).text(), "-5.0%");
+        assert_eq!(
+            change(Some(95.0), Some(100.0), 5.0, "output_throughput").text(),
+            "-5.0%"
+        );
+        assert!(matches!(change(None, Some(100.0), 5.0, "x"), Cell::Missing));
+    }
+
+    #[test]
+    fn changes_beyond_the_tolerance_are_judged_by_the_metric_direction() {
+        let t = "output_throughput";
+        assert_eq!(
+            change(Some(90.0), Some(100.0), 5.0, t).text(),
+            "-10.0% regression"
+        );
+        assert_eq!(
+            change(Some(110.0), Some(100.0), 5.0, t).text(),
+            "+10.0% improvement"
+        );
+        assert_eq!(change(Some(110.0), Some(100.0), 12.0, t).text(), "+10.0%");
+        let l = "p99_ttft_ms";
+        assert_eq!(
+            change(Some(110.0), Some(100.0), 5.0, l).text(),
+            "+10.0% regression"
+        );
+        assert_eq!(
+            change(Some(90.0), Some(100.0), 5.0, l).text(),
+            "-10.0% improvement"
+        );
+        assert!(lower_is_better("duration") && lower_is_better("mean_e2el_ms"));
+        assert!(!lower_is_better("request_throughput") && !lower_is_better("completed"));
+    }
+
+    #[test]
+    fn tolerances_read_as_percentages() {
+        assert_eq!(parse_tolerance("5%"), Ok(5.0));
+        assert_eq!(parse_tolerance("2.5"), Ok(2.5));
+        assert!(parse_tolerance("five").unwrap_err().contains("write it like 5%"));
+        assert!(parse_tolerance("-1%").is_err());
     }
 
     #[test]
