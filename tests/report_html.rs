@@ -118,3 +118,58 @@ fn the_browser_check_sees_scripts_console_errors_and_blocked_loads() {
         "the blocked load is reported: {all}"
     );
 }
+
+#[test]
+fn a_report_across_runs_marks_changes_beyond_the_tolerance() {
+    let dir = setup(PLAYBOOK);
+    let (first, _) = run(dir.path(), &[]);
+    // Both hosts at speed 150: fast loses 25%, slow gains 50%.
+    let (second, out) = run(dir.path(), &["-e", "speed=150"]);
+    assert!(out.status.success(), "{:?}", common::text(&out));
+    let html_path = dir.path().join("across.html");
+    rigrun_ok(
+        &[
+            "report",
+            first.to_str().unwrap(),
+            second.to_str().unwrap(),
+            "--out",
+            html_path.to_str().unwrap(),
+            "--tolerance",
+            "10%",
+        ],
+        0,
+    );
+    let mut browser = Browser::launch();
+    let page = browser.check_page(
+        &html_path,
+        r#"({
+          regressions: [...document.querySelectorAll('td.regression')].map(td => td.textContent),
+          improvements: [...document.querySelectorAll('td.improvement')].map(td => td.textContent),
+          series: [...document.querySelectorAll('svg.chart[data-chart=throughput] g.series')].map(g => g.dataset.series),
+          runs: document.querySelectorAll('#hosts h3').length,
+        })"#,
+        &artifact("report-across-runs.png"),
+    );
+    assert_eq!(page.errors, Vec::<String>::new());
+    let dom = &page.evaluated;
+    assert!(
+        dom["regressions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("-25.0% regression")),
+        "{dom}"
+    );
+    assert!(
+        dom["improvements"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("+50.0% improvement")),
+        "{dom}"
+    );
+    assert_eq!(
+        dom["series"].as_array().unwrap().len(),
+        4,
+        "a line per host and run: {dom}"
+    );
+    assert_eq!(dom["runs"], 2);
+}

@@ -25,6 +25,7 @@ use serde_saphyr::Spanned;
 
 use super::playbook::Step;
 use super::{closest, Config, ConfigError};
+use crate::plan::value_text;
 
 /// As written: host → point → metric → `VALUE ±TOLERANCE`.
 pub type References = IndexMap<Spanned<String>, IndexMap<Spanned<String>, IndexMap<String, Spanned<Json>>>>;
@@ -279,13 +280,6 @@ fn wanted_values<'k>(key: &'k str, axes: &[&'k str]) -> Result<IndexMap<&'k str,
         ));
     }
     Ok(wanted)
-}
-
-fn value_text(value: &Json) -> String {
-    match value {
-        Json::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// `32` names the value 32 and `32.0` does too; strings compare as written.

@@ -117,15 +117,15 @@ fn lines(
     samples: &[Sample],
     colors: &mut Colors,
     name: impl Fn(&Sample) -> (String, String),
-    xy: impl Fn(&Sample) -> Option<(f64, f64, Point)>,
+    xy: impl Fn(&Sample) -> Option<Point>,
 ) -> Vec<Series> {
     let mut by_name: IndexMap<String, (usize, IndexMap<String, Point>)> = IndexMap::new();
     for sample in samples {
-        let Some((x, _, point)) = xy(sample) else { continue };
+        let Some(point) = xy(sample) else { continue };
         let (series, color_key) = name(sample);
         let color = colors.of(&color_key);
         let entry = by_name.entry(series).or_insert_with(|| (color, IndexMap::new()));
-        entry.1.insert(x.to_string(), point);
+        entry.1.insert(point.x.to_string(), point);
     }
     let mut series: Vec<Series> = by_name
         .into_iter()
@@ -140,8 +140,9 @@ fn lines(
     series
 }
 
-fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<(f64, f64, Point)> {
-    (x.is_finite() && y.is_finite()).then(|| (x, y, Point { x, y, tooltip, label }))
+/// A point, when both coordinates are numbers.
+fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<Point> {
+    (x.is_finite() && y.is_finite()).then_some(Point { x, y, tooltip, label })
 }
 
 /// Concurrency on x, `metric` on y, per series.

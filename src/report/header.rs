@@ -4,6 +4,7 @@
 
 use serde_json::Value as Json;
 
+use crate::plan::value_text;
 use crate::store::{HostEntry, Manifest};
 
 /// Launch arguments worth a place in the one-line summary, in this order (SGLang, vLLM and
@@ -216,10 +217,7 @@ fn server_line(facts: &Json) -> String {
         let shown: Vec<String> = KEY_ARGS
             .iter()
             .filter_map(|k| args.get(*k).filter(|v| !v.is_null()).map(|v| (k, v)))
-            .map(|(k, v)| match v {
-                Json::String(s) => format!("{k}={s}"),
-                other => format!("{k}={other}"),
-            })
+            .map(|(k, v)| format!("{k}={}", value_text(v)))
             .collect();
         if !shown.is_empty() {
             line.push_str(", ");

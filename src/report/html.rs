@@ -6,7 +6,6 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use serde_json::Value as Json;
 
 use super::cell::Cell;
 use super::charts;
@@ -15,6 +14,7 @@ use super::header::{Header, HostFacts};
 use super::scaling;
 use super::svg::escape;
 use super::{group, references, tells_scaling, with_notes, Grid, Run};
+use crate::plan::value_text;
 
 const STYLE: &str = r#"
 :root { color-scheme: light; --muted: #5b6270; --line: #d9dde3; --bad: #b3261e; --good: #1e7b34; }
@@ -133,11 +133,12 @@ fn host_card(html: &mut String, host: &HostFacts) {
     if let Some(args) = &host.launch_args {
         html.push_str("<details><summary>server launch arguments</summary><table>");
         for (k, v) in args {
-            let v = match v {
-                Json::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            let _ = write!(html, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
+            let _ = write!(
+                html,
+                "<tr><th>{}</th><td>{}</td></tr>",
+                escape(k),
+                escape(&value_text(v))
+            );
         }
         html.push_str("</table></details>");
     }
