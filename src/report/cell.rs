@@ -53,6 +53,15 @@ pub enum Verdict {
     Improvement,
 }
 
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Regression => "regression",
+            Verdict::Improvement => "improvement",
+        }
+    }
+}
+
 /// A measured value against its reference.
 #[derive(Clone, Debug, Serialize)]
 pub struct RefCheck {
@@ -123,8 +132,7 @@ impl Cell {
                     unit => format!("{value:+.1}{unit}"),
                 };
                 match verdict {
-                    Some(Verdict::Regression) => format!("{number} regression"),
-                    Some(Verdict::Improvement) => format!("{number} improvement"),
+                    Some(v) => format!("{number} {}", v.as_str()),
                     None => number,
                 }
             }

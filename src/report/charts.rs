@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use serde_json::Value as Json;
 
 use super::cell::invalid_reason;
-use super::compare::short_id;
+use super::compare::run_label;
 use super::scaling::{concurrency_of, series_name};
 use super::svg::{tooltip, Chart, Point, Scale, Series};
 use super::Run;
@@ -91,7 +91,7 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>
 fn run_suffix(runs: &[Run], run: &Run) -> String {
     match runs.len() {
         1 => String::new(),
-        _ => format!(" @{}", short_id(&run.manifest.run_id)),
+        _ => format!(" @{}", run_label(runs, run)),
     }
 }
 

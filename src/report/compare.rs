@@ -119,10 +119,11 @@ fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
     Ok(grids)
 }
 
+/// Per step: every host's value, then each other host's ratio to the baseline, with the
+/// scaling story under the sweeps.
 pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
     let hosts = run.hosts();
     let baseline = baseline(&hosts, opts.baseline)?;
-    let others: Vec<&String> = hosts.iter().filter(|h| **h != baseline).collect();
     let refs = Lookup::new(run);
     let all_groups = group(&run.records);
     let mut grids = Vec::new();
@@ -130,26 +131,18 @@ pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptio
         let metric = pick_metric(step, opts.metric);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
-        columns.extend(others.iter().map(|h| format!("{h} / {baseline}")));
+        columns.extend(
+            hosts
+                .iter()
+                .filter(|h| **h != baseline)
+                .map(|h| format!("{h} / {baseline}")),
+        );
         let rows = step
             .rows
             .iter()
             .map(|(label, by_host)| {
-                let cells: Vec<Cell> = hosts
-                    .iter()
-                    .map(|h| host_cell(&refs, step, by_host, h, &metric))
-                    .collect();
-                let base = cells[hosts.iter().position(|h| *h == baseline).unwrap_or(0)].number();
-                let ratios: Vec<Cell> = hosts
-                    .iter()
-                    .zip(&cells)
-                    .filter(|(h, _)| **h != baseline)
-                    .map(|(_, c)| ratio(c.number(), base))
-                    .collect();
-                let mut row = vec![Cell::Label { text: label.clone() }];
-                row.extend(cells);
-                row.extend(ratios);
-                row
+                let cells = hosts.iter().map(|h| host_cell(&refs, step, by_host, h, &metric));
+                with_ratios(label, &hosts, &baseline, cells.collect())
             })
             .collect();
         grids.push(Grid {
@@ -172,6 +165,27 @@ pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptio
     Ok(grids)
 }
 
+/// A row: the label, the hosts' cells, then every other host's ratio to the baseline's value.
+fn with_ratios(label: &str, hosts: &[String], baseline: &str, cells: Vec<Cell>) -> Vec<Cell> {
+    let base = hosts
+        .iter()
+        .zip(&cells)
+        .find(|(h, _)| *h == baseline)
+        .and_then(|(_, c)| c.number());
+    let ratios: Vec<Cell> = hosts
+        .iter()
+        .zip(&cells)
+        .filter(|(h, _)| *h != baseline)
+        .map(|(_, c)| ratio(c.number(), base))
+        .collect();
+    let mut row = vec![Cell::Label {
+        text: label.to_string(),
+    }];
+    row.extend(cells);
+    row.extend(ratios);
+    row
+}
+
 fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
     match asked {
         Some(b) if hosts.iter().any(|h| h == b) => Ok(b.to_string()),
@@ -191,11 +205,9 @@ pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Gr
     let groups: Vec<Vec<StepRecords>> = runs.iter().map(|r| group(&r.records)).collect();
     let lookups: Vec<Lookup> = runs.iter().map(Lookup::new).collect();
     let mut hosts: Vec<String> = Vec::new();
-    for run in runs {
-        for h in run.hosts() {
-            if !hosts.contains(&h) {
-                hosts.push(h);
-            }
+    for h in runs.iter().flat_map(Run::hosts) {
+        if !hosts.contains(&h) {
+            hosts.push(h);
         }
     }
     if let Some(b) = opts.baseline {
@@ -211,38 +223,14 @@ pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Gr
                     .find(|s| s.step == step.step && s.step_index == step.step_index)
             })
             .collect();
-        let mut columns = vec!["point".to_string()];
-        for host in &hosts {
-            for run in runs {
-                columns.push(format!("{host} @{}", short_id(&run.manifest.run_id)));
-            }
-            for run in &runs[1..] {
-                columns.push(format!("{host} Δ @{}", short_id(&run.manifest.run_id)));
-            }
-        }
+        let same_step = SameStep {
+            steps: &matching,
+            lookups: &lookups,
+            metric: &metric,
+        };
         let rows = row_labels(&matching)
             .into_iter()
-            .map(|label| {
-                let mut row = vec![Cell::Label { text: label.clone() }];
-                for host in &hosts {
-                    let cells: Vec<Cell> = matching
-                        .iter()
-                        .zip(&lookups)
-                        .map(|(s, refs)| match s.and_then(|s| Some((s, s.rows.get(&label)?))) {
-                            Some((s, by_host)) => host_cell(refs, s, by_host, host, &metric),
-                            None => Cell::Missing,
-                        })
-                        .collect();
-                    let base = cells[0].number();
-                    let changes: Vec<Cell> = cells[1..]
-                        .iter()
-                        .map(|c| change(c.number(), base, opts.tolerance, &metric))
-                        .collect();
-                    row.extend(cells);
-                    row.extend(changes);
-                }
-                row
-            })
+            .map(|label| same_step.row(&label, &hosts, opts.tolerance))
             .collect();
         grids.push(Grid {
             title: format!(
@@ -253,8 +241,8 @@ pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Gr
                 runs[0].manifest.run_id,
                 opts.tolerance
             ),
+            columns: run_columns(runs, &hosts),
             metric,
-            columns,
             rows,
             scaling: Vec::new(),
             step: Some((step.step_index, step.step.clone())),
@@ -264,6 +252,57 @@ pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Gr
         grids.extend(references::grid(run));
     }
     Ok(grids)
+}
+
+/// `point`, then per host: its value in each run, then its change in each later run.
+fn run_columns(runs: &[Run], hosts: &[String]) -> Vec<String> {
+    let mut columns = vec!["point".to_string()];
+    for host in hosts {
+        for run in runs {
+            columns.push(format!("{host} @{}", run_label(runs, run)));
+        }
+        for run in &runs[1..] {
+            columns.push(format!("{host} Δ @{}", run_label(runs, run)));
+        }
+    }
+    columns
+}
+
+/// One step as each run recorded it (when it did), with each run's references.
+struct SameStep<'a> {
+    steps: &'a [Option<&'a StepRecords<'a>>],
+    lookups: &'a [Lookup<'a>],
+    metric: &'a str,
+}
+
+impl SameStep<'_> {
+    /// The row of `label`: per host, its cell in each run, then the changes against the first.
+    fn row(&self, label: &str, hosts: &[String], tolerance: f64) -> Vec<Cell> {
+        let mut row = vec![Cell::Label {
+            text: label.to_string(),
+        }];
+        for host in hosts {
+            let cells: Vec<Cell> = self
+                .steps
+                .iter()
+                .zip(self.lookups)
+                .map(
+                    |(step, refs)| match step.and_then(|s| Some((s, s.rows.get(label)?))) {
+                        Some((s, by_host)) => host_cell(refs, s, by_host, host, self.metric),
+                        None => Cell::Missing,
+                    },
+                )
+                .collect();
+            let base = cells[0].number();
+            let changes: Vec<Cell> = cells[1..]
+                .iter()
+                .map(|c| change(c.number(), base, tolerance, self.metric))
+                .collect();
+            row.extend(cells);
+            row.extend(changes);
+        }
+        row
+    }
 }
 
 /// Every row label of a step across runs, in the order first seen.
@@ -279,9 +318,22 @@ fn row_labels(steps: &[Option<&StepRecords>]) -> Vec<String> {
     labels
 }
 
-/// The time part of a run id, enough to tell runs apart in a column name.
-pub(super) fn short_id(run_id: &str) -> &str {
-    run_id.split('-').next().unwrap_or(run_id)
+/// What tells `run` apart from the other `runs` in a column or series name: the time part of
+/// its id, or the whole id when another run started in the same second.
+pub(super) fn run_label<'a>(runs: &[Run], run: &'a Run) -> &'a str {
+    fn time(id: &str) -> &str {
+        id.split('-').next().unwrap_or(id)
+    }
+    let id = run.manifest.run_id.as_str();
+    let shared = runs
+        .iter()
+        .filter(|r| time(&r.manifest.run_id) == time(id))
+        .count();
+    if shared > 1 {
+        id
+    } else {
+        time(id)
+    }
 }
 
 #[cfg(test)]
@@ -323,6 +375,28 @@ mod tests {
         );
         assert!(lower_is_better("duration") && lower_is_better("mean_e2el_ms"));
         assert!(!lower_is_better("request_throughput") && !lower_is_better("completed"));
+    }
+
+    fn run(id: &str) -> Run {
+        let manifest = serde_json::json!({
+            "run_id": id, "tool": {"name": "rigrun", "version": "0"},
+            "playbook": {"path": "p.yaml", "name": "p", "source": "", "extra_vars": {}},
+            "inventory": {"path": "h.yaml", "source": ""},
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": null, "status": "ok", "hosts": {},
+        });
+        Run {
+            manifest: serde_json::from_value(manifest).unwrap(),
+            records: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn runs_are_told_apart_by_time_or_by_id() {
+        let runs = [run("20260101T000000Z-sweep"), run("20260102T000000Z-sweep")];
+        assert_eq!(run_label(&runs, &runs[1]), "20260102T000000Z");
+        let runs = [run("20260101T000000Z-sweep"), run("20260101T000000Z-sweep-2")];
+        assert_eq!(run_label(&runs, &runs[0]), "20260101T000000Z-sweep");
+        assert_eq!(run_label(&runs, &runs[1]), "20260101T000000Z-sweep-2");
     }
 
     #[test]

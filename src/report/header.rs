@@ -137,31 +137,13 @@ fn gpu_line(facts: &Json) -> Option<String> {
     let mut kinds: Vec<(String, usize)> = Vec::new();
     let mut drivers: Vec<&str> = Vec::new();
     for gpu in gpus {
-        let field = |k: &str| gpu.get(k).and_then(Json::as_str).unwrap_or("");
-        // Runs from before GPUs were parsed kept the CSV line.
-        let name = gpu
-            .as_str()
-            .map_or(field("name"), |s| s.split(',').next().unwrap_or(s));
-        let details: Vec<String> = [
-            field("memory").to_string(),
-            match field("power_limit") {
-                "" => String::new(),
-                p => format!("power limit {p}"),
-            },
-        ]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect();
-        let kind = match details.is_empty() {
-            true => name.to_string(),
-            false => format!("{name} ({})", details.join(", ")),
-        };
+        let (kind, driver) = gpu_kind(gpu);
         match kinds.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,
             None => kinds.push((kind, 1)),
         }
-        if !field("driver").is_empty() && !drivers.contains(&field("driver")) {
-            drivers.push(field("driver"));
+        if let Some(d) = driver.filter(|d| !drivers.contains(d)) {
+            drivers.push(d);
         }
     }
     let mut line: Vec<String> = kinds.iter().map(|(k, n)| format!("{n}× {k}")).collect();
@@ -169,6 +151,27 @@ fn gpu_line(facts: &Json) -> Option<String> {
         line.push(format!("driver {}", drivers.join(", ")));
     }
     Some(line.join(", "))
+}
+
+/// One GPU as `name (memory, power limit …)`, and its driver.
+fn gpu_kind(gpu: &Json) -> (String, Option<&str>) {
+    let field = |k: &str| gpu.get(k).and_then(Json::as_str).filter(|v| !v.is_empty());
+    // Runs from before GPUs were parsed kept the CSV line.
+    let name = gpu.as_str().map_or(field("name").unwrap_or("GPU"), |s| {
+        s.split(',').next().unwrap_or(s)
+    });
+    let details: Vec<String> = [
+        field("memory").map(str::to_string),
+        field("power_limit").map(|p| format!("power limit {p}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let kind = match details.is_empty() {
+        true => name.to_string(),
+        false => format!("{name} ({})", details.join(", ")),
+    };
+    (kind, field("driver"))
 }
 
 /// `AMD EPYC 9555 64-Core Processor, 128 threads, 1.5 TiB memory`.

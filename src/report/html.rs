@@ -13,7 +13,7 @@ use super::compare::{compare_runs, host_grids, CompareOptions};
 use super::header::{Header, HostFacts};
 use super::scaling;
 use super::svg::escape;
-use super::{group, references, tells_scaling, with_notes, Grid, Run};
+use super::{group, references, tells_scaling, with_notes, Grid, Run, Verdict};
 use crate::plan::value_text;
 
 const STYLE: &str = r#"
@@ -271,10 +271,14 @@ fn class(cell: &Cell, text: &str) -> &'static str {
             reference: Some(_), ..
         } => "num met",
         Cell::Value { .. } => "num",
-        Cell::Derived { verdict: Some(v), .. } => match v {
-            super::Verdict::Regression => "num regression",
-            super::Verdict::Improvement => "num improvement",
-        },
+        Cell::Derived {
+            verdict: Some(Verdict::Regression),
+            ..
+        } => "num regression",
+        Cell::Derived {
+            verdict: Some(Verdict::Improvement),
+            ..
+        } => "num improvement",
         Cell::Derived { .. } => "num",
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
