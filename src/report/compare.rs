@@ -5,9 +5,7 @@
 use anyhow::{bail, Result};
 
 use super::references::{self, Lookup};
-use super::{
-    group, host_cell, is_fetched, pick_metric, scaling, tells_scaling, Cell, Grid, Run, StepRecords, Verdict,
-};
+use super::{group, host_cell, is_main_step, pick_metric, scaling, Cell, Grid, Run, StepRecords, Verdict};
 
 /// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
 pub const DEFAULT_TOLERANCE: f64 = 5.0;
@@ -88,46 +86,36 @@ fn change(value: Option<f64>, base: Option<f64>, tolerance: f64, metric: &str) -
     }
 }
 
-/// The table printed at the end of `rigrun run`: the hosts side by side with ratios, for the
-/// sweeps; tables of fetched files only when no sweep measured anything (they repeat the sweeps'
-/// numbers otherwise).
+/// The table printed at the end of `rigrun run`: `compare` of the run with the first host as
+/// the baseline.
 pub fn closing_grids(run: &Run, metric: Option<&str>) -> Result<Vec<Grid>> {
-    let groups = group(&run.records);
-    let any_sweep = groups.iter().any(|g| !is_fetched(g));
-    let wanted = groups
-        .into_iter()
-        .filter(|g| !any_sweep || !is_fetched(g))
-        .collect();
-    let mut grids = host_grids(
-        run,
-        wanted,
-        &CompareOptions {
-            metric,
-            baseline: None,
-            tolerance: DEFAULT_TOLERANCE,
-        },
-    )?;
-    grids.extend(references::grid(run));
-    Ok(grids)
+    let opts = CompareOptions {
+        metric,
+        baseline: None,
+        tolerance: DEFAULT_TOLERANCE,
+    };
+    compare_hosts(run, &opts)
 }
 
-/// Within one run: every host's value, then each host's ratio to the baseline; the references
-/// last.
+/// Within one run, for its main steps: every host's value, then each host's ratio to the
+/// baseline; the references last.
 fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let mut grids = host_grids(run, group(&run.records), opts)?;
+    let groups = group(&run.records);
+    let main: Vec<&StepRecords> = groups.iter().filter(|g| is_main_step(&groups, g)).collect();
+    let mut grids = host_grids(run, &main, opts)?;
     grids.extend(references::grid(run));
     Ok(grids)
 }
 
 /// Per step: every host's value, then each other host's ratio to the baseline, with the
 /// scaling story under the sweeps.
-pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
+pub(super) fn host_grids(run: &Run, steps: &[&StepRecords], opts: &CompareOptions) -> Result<Vec<Grid>> {
     let hosts = run.hosts();
     let baseline = baseline(&hosts, opts.baseline)?;
     let refs = Lookup::new(run);
     let all_groups = group(&run.records);
     let mut grids = Vec::new();
-    for step in &steps {
+    for &step in steps {
         let metric = pick_metric(step, opts.metric);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
@@ -152,7 +140,7 @@ pub(super) fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptio
                 step.step_index + 1,
                 step.step
             ),
-            scaling: match tells_scaling(&all_groups, step) {
+            scaling: match is_main_step(&all_groups, step) {
                 true => scaling::stories(step, &metric, &hosts),
                 false => Vec::new(),
             },
@@ -214,7 +202,7 @@ pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Gr
         baseline(&hosts, Some(b))?;
     }
     let mut grids = Vec::new();
-    for step in &groups[0] {
+    for step in groups[0].iter().filter(|s| is_main_step(&groups[0], s)) {
         let metric = pick_metric(step, opts.metric);
         let matching: Vec<Option<&StepRecords>> = groups
             .iter()

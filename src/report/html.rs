@@ -13,7 +13,7 @@ use super::compare::{compare_runs, host_grids, CompareOptions};
 use super::header::{Header, HostFacts};
 use super::scaling;
 use super::svg::escape;
-use super::{group, references, tells_scaling, with_notes, Grid, Run, Verdict};
+use super::{group, is_main_step, references, with_notes, Grid, Run, Verdict};
 use crate::plan::value_text;
 
 const STYLE: &str = r#"
@@ -145,13 +145,12 @@ fn host_card(html: &mut String, host: &HostFacts) {
     html.push_str("</div>");
 }
 
-/// The steps the report covers, in order: the sweeps (or the fetched result files when no run
-/// has a sweep), across all runs.
+/// The steps the report covers, in order: each run's main steps (see `is_main_step`).
 fn step_keys(runs: &[Run]) -> Vec<(usize, String)> {
     let mut keys: Vec<(usize, String)> = Vec::new();
     for run in runs {
         let groups = group(&run.records);
-        for step in groups.iter().filter(|s| tells_scaling(&groups, s)) {
+        for step in groups.iter().filter(|s| is_main_step(&groups, s)) {
             let key = (step.step_index, step.step.clone());
             if !keys.contains(&key) {
                 keys.push(key);
@@ -189,10 +188,10 @@ fn step_section(
     for run in runs {
         let groups = group(&run.records);
         let steps: Vec<_> = groups
-            .into_iter()
+            .iter()
             .filter(|s| s.step_index == index && s.step == name)
             .collect();
-        for grid in host_grids(run, steps, opts)? {
+        for grid in host_grids(run, &steps, opts)? {
             table(html, &grid);
         }
     }

@@ -205,10 +205,18 @@ pub fn host_cell(
     }
 }
 
-/// The steps a scaling story is told for: the sweeps, or the fetched result files when the run
-/// has no sweep (they repeat the sweeps' numbers otherwise).
-pub fn tells_scaling(groups: &[StepRecords], step: &StepRecords) -> bool {
-    !is_fetched(step) || groups.iter().all(is_fetched)
+/// Whether a step is one of the run's main tables (compared, charted, told the scaling story
+/// of): the sweeps, or every step when no sweep measured anything. Fetched result files repeat
+/// a measuring sweep's numbers.
+pub fn is_main_step(groups: &[StepRecords], step: &StepRecords) -> bool {
+    let measuring_sweep = |g: &StepRecords| {
+        !is_fetched(g)
+            && g.rows
+                .values()
+                .flat_map(|h| h.values().flatten())
+                .any(|r| r.status == RecordStatus::Ok)
+    };
+    !is_fetched(step) || !groups.iter().any(measuring_sweep)
 }
 
 /// Whether any record of the group is a run-sweep measurement (not a fetched file).
@@ -219,7 +227,8 @@ pub fn is_fetched(step: &StepRecords) -> bool {
         .all(|r| r.point.contains_key("file"))
 }
 
-/// `show`: per step, rows = points, columns = hosts, with the scaling story under each sweep;
+/// `show`: per step (every step), rows = points, columns = hosts, with the scaling story under
+/// each sweep;
 /// then the references, when the playbook states any.
 pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
     let hosts = run.hosts();
@@ -247,7 +256,7 @@ pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
                     step.step_index + 1,
                     step.step
                 ),
-                scaling: match tells_scaling(&groups, step) {
+                scaling: match is_main_step(&groups, step) {
                     true => scaling::stories(step, &metric, &hosts),
                     false => Vec::new(),
                 },
@@ -369,5 +378,20 @@ mod tests {
         assert_eq!(cell(row.get("b"), "output_throughput").number(), Some(800.0));
         let c = cell(row.get("c"), "output_throughput");
         assert_eq!(c.text(), "invalid: the benchmark marked this record invalid");
+    }
+
+    #[test]
+    fn fetched_files_are_main_steps_only_when_no_sweep_measured() {
+        let mut fetched = record("a", 1, RecordStatus::Ok, json!({"output_throughput": 1.0}));
+        fetched.point = IndexMap::from([("file".to_string(), json!("c1.json"))]);
+        fetched.step_index = 3;
+        let measured = record("a", 1, RecordStatus::Ok, json!({"output_throughput": 1.0}));
+        let skipped = record("a", 1, RecordStatus::Skipped, json!({}));
+        let both = vec![measured, fetched.clone()];
+        let groups = group(&both);
+        assert!(is_main_step(&groups, &groups[0]) && !is_main_step(&groups, &groups[1]));
+        let nothing_measured = vec![skipped, fetched];
+        let groups = group(&nothing_measured);
+        assert!(groups.iter().all(|g| is_main_step(&groups, g)));
     }
 }
