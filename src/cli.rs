@@ -37,6 +37,9 @@ pub enum Command {
     Show(ShowArgs),
     /// Compare hosts within a run (ratio columns) or the same hosts across runs (change in %).
     Compare(CompareArgs),
+    /// Write one self-contained HTML report (tables, scaling story, host facts, SVG charts)
+    /// that opens offline.
+    Report(ReportArgs),
     /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
     /// demos and for testing playbooks without GPUs.
     Sim(crate::sim::SimArgs),
@@ -74,6 +77,10 @@ pub struct RunArgs {
     /// Do not echo command output lines (they are still saved in the run directory).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Exit 1 when a measurement misses a reference the playbook states (`references:` on a
+    /// run-sweep step).
+    #[arg(long)]
+    pub check_references: bool,
 }
 
 #[derive(Args, Debug)]
@@ -97,6 +104,28 @@ pub struct CompareArgs {
     /// The host the ratio columns divide by (default: the first host).
     #[arg(long)]
     pub baseline: Option<String>,
+    /// Across runs, changes beyond this are marked as regressions or improvements.
+    #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
+    pub tolerance: f64,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// One run directory (hosts side by side) or several (the same hosts across runs).
+    #[arg(required = true)]
+    pub run_dirs: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(long, short = 'o', default_value = "report.html")]
+    pub out: PathBuf,
+    /// The metric of the tables (default: output_throughput, or the first numeric one).
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// The host the ratio columns divide by (default: the first host).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Across runs, changes beyond this are marked as regressions or improvements.
+    #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
+    pub tolerance: f64,
 }

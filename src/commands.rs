@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::{CompareArgs, ConfigArgs, RunArgs, ShowArgs};
+use crate::cli::{CompareArgs, ConfigArgs, ReportArgs, RunArgs, ShowArgs};
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions};
 use crate::plan;
 use crate::progress::Progress;
-use crate::report::{self, CompareOptions, Format, Run};
+use crate::report::{self, CompareOptions, Format, Header, Run};
 
 pub const OK: u8 = 0;
 pub const FAILED: u8 = 1;
@@ -92,23 +92,37 @@ pub async fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     let outcome = executor::run(config, opts, progress).await?;
     let run = Run::open(&outcome.run_dir)?;
-    let header = report::host_header(&[&run.manifest]);
+    let header = Header::new(&[&run.manifest]);
     let grids = report::closing_grids(&run, args.metric.as_deref())?;
     print!("{}", report::render(&grids, Format::Table, &header));
     for line in &outcome.failures {
         eprintln!("error: {line}");
     }
+    let missed = missed_references(&run, args.check_references);
     let verdict = match outcome.status {
         Status::Ok => "all hosts succeeded",
         Status::Interrupted => "interrupted; everything measured so far is kept",
         _ => "some hosts or steps failed",
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
-    Ok(ExitCode::from(if outcome.status == Status::Ok {
+    Ok(ExitCode::from(if outcome.status == Status::Ok && !missed {
         OK
     } else {
         FAILED
     }))
+}
+
+/// Reports missed references on stderr; true when they fail the run (`--check-references`).
+fn missed_references(run: &Run, check: bool) -> bool {
+    let misses = report::references::misses(run);
+    if check && run.manifest.references.is_empty() {
+        eprintln!("warning: --check-references: the playbook states no references");
+    }
+    for miss in &misses {
+        let level = if check { "error" } else { "warning" };
+        eprintln!("{level}: reference missed: {miss}");
+    }
+    check && !misses.is_empty()
 }
 
 fn open_run(dir: &std::path::Path) -> Result<Run> {
@@ -118,26 +132,45 @@ fn open_run(dir: &std::path::Path) -> Result<Run> {
 pub fn show(args: &ShowArgs) -> Result<ExitCode> {
     let run = open_run(&args.run_dir)?;
     let grids = report::show_grids(&run, args.metric.as_deref());
-    let header = report::host_header(&[&run.manifest]);
+    let header = Header::new(&[&run.manifest]);
     print!("{}", report::render(&grids, args.format, &header));
     Ok(ExitCode::from(OK))
 }
 
 pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    let runs = args
-        .run_dirs
-        .iter()
-        .map(|d| open_run(d))
-        .collect::<Result<Vec<_>>>()?;
+    let runs = open_runs(&args.run_dirs)?;
     let opts = CompareOptions {
         metric: args.metric.as_deref(),
         baseline: args.baseline.as_deref(),
+        tolerance: args.tolerance,
     };
     let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
     let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
     print!(
         "{}",
-        report::render(&grids, args.format, &report::host_header(&manifests))
+        report::render(&grids, args.format, &Header::new(&manifests))
     );
+    Ok(ExitCode::from(OK))
+}
+
+fn open_runs(dirs: &[std::path::PathBuf]) -> Result<Vec<Run>> {
+    dirs.iter().map(|d| open_run(d)).collect()
+}
+
+pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+    let runs = open_runs(&args.run_dirs)?;
+    let opts = CompareOptions {
+        metric: args.metric.as_deref(),
+        baseline: args.baseline.as_deref(),
+        tolerance: args.tolerance,
+    };
+    let html = report::html(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
+    std::fs::write(&args.out, html).map_err(|e| {
+        Invalid(format!(
+            "--out {}: cannot write the report: {e}; choose a writable path",
+            args.out.display()
+        ))
+    })?;
+    eprintln!("report written to {}", args.out.display());
     Ok(ExitCode::from(OK))
 }

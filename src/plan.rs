@@ -95,12 +95,17 @@ pub fn point_label(values: &IndexMap<String, Json>) -> String {
     }
     values
         .iter()
-        .map(|(k, v)| match v {
-            Json::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
-        })
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A value as written by people: strings without their quotes, anything else as JSON.
+pub fn value_text(value: &Json) -> String {
+    match value {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The plan of every selected host, for `plan` and `check`.

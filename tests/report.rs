@@ -175,7 +175,32 @@ fn compare_gives_ratios_within_a_run_and_changes_across_runs() {
         .lines()
         .find(|l| l.contains(",concurrency=4,fast Δ"))
         .expect("a change column");
-    assert!(change.contains(",-10.0000,%,"), "{change}");
+    assert!(change.ends_with(",-10.0000,%,regression"), "{change}");
+
+    let (first, second) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let out = rigrun()
+        .args(["compare", first, second, "--format", "markdown"])
+        .output()
+        .unwrap();
+    let (md, _) = text(&out);
+    assert!(md.contains("changes beyond ±5% marked"), "{md}");
+    let row = md.lines().find(|l| l.starts_with("| concurrency=4 |")).unwrap();
+    assert!(row.contains("| -10.0% regression |"), "{row}");
+    let out = rigrun()
+        .args(["compare", first, second, "--tolerance", "15%"])
+        .output()
+        .unwrap();
+    let (table, _) = text(&out);
+    assert!(
+        table.contains("-10.0%") && !table.contains("regression"),
+        "{table}"
+    );
+    let out = rigrun()
+        .args(["compare", first, second, "--tolerance", "five"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("--tolerance"), "{:?}", text(&out));
 }
 
 #[test]

@@ -4,6 +4,7 @@
 pub mod duration;
 pub mod inventory;
 pub mod playbook;
+pub mod reference;
 pub mod template;
 mod validate;
 mod yaml;
@@ -138,6 +139,8 @@ pub struct Config {
     pub extra_vars: Vars,
     /// Selected hosts, in inventory order.
     pub hosts: Vec<String>,
+    /// The playbook's expected values for the selected hosts.
+    pub references: Vec<reference::Reference>,
 }
 
 /// Values that rigrun defines for every host; they cannot be redefined as variables.
@@ -165,9 +168,11 @@ impl Config {
             inventory,
             extra_vars,
             hosts: Vec::new(),
+            references: Vec::new(),
         };
         config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
         validate::check(&config)?;
+        config.references = reference::resolve(&config).map_err(ConfigErrors)?;
         Ok(config)
     }
 

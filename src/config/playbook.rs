@@ -92,6 +92,9 @@ pub struct RunSweep {
     pub command: Text,
     #[serde(default)]
     pub stop_on_failure: bool,
+    /// Expected values per host and point (see `config::reference`).
+    #[serde(default)]
+    pub references: super::reference::References,
 }
 
 /// Download files matching a glob on the host into the run directory.

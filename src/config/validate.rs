@@ -151,6 +151,7 @@ fn suggestion(given: &str, candidates: &[&str]) -> String {
 /// Checks reserved names and that every template variable is defined on every host it runs on.
 pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     let mut errors = reserved_names(config);
+    errors.extend(super::reference::resolve(config).err().unwrap_or_default());
     let builtins = Builtins {
         run_id: String::new(),
         rigrun: String::new(),

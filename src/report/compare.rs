@@ -1,13 +1,20 @@
 //! `compare`: hosts side by side with ratio columns against a baseline host; across runs, the
-//! change in percent per cell. Skipped, failed and missing cells are never compared.
+//! change in percent per cell, with changes beyond a tolerance marked as regressions or
+//! improvements. Skipped, failed, invalid and missing cells are never compared.
 
 use anyhow::{bail, Result};
 
-use super::{cell, group, is_fetched, pick_metric, Cell, Grid, Run, StepRecords};
+use super::references::{self, Lookup};
+use super::{group, host_cell, is_main_step, pick_metric, scaling, Cell, Grid, Run, StepRecords, Verdict};
+
+/// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
+pub const DEFAULT_TOLERANCE: f64 = 5.0;
 
 pub struct CompareOptions<'a> {
     pub metric: Option<&'a str>,
     pub baseline: Option<&'a str>,
+    /// Changes across runs beyond this many percent are regressions or improvements.
+    pub tolerance: f64,
 }
 
 pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
@@ -18,74 +25,112 @@ pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
     }
 }
 
+/// `--tolerance`: a percentage such as `5%` (or `5`).
+pub fn parse_tolerance(text: &str) -> Result<f64, String> {
+    text.trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .ok_or_else(|| {
+            format!("`{text}` is not a percentage; write it like 5% (changes beyond it are marked)")
+        })
+}
+
+/// Whether a smaller value of `metric` is better: latencies and durations (vLLM's names end in
+/// `_ms`), failures. Everything else (throughputs, completed requests) is better larger.
+pub fn lower_is_better(metric: &str) -> bool {
+    let m = metric.to_ascii_lowercase();
+    m.ends_with("_ms")
+        || m.ends_with("_s")
+        || m.ends_with("_seconds")
+        || ["ttft", "tpot", "itl", "e2el", "latency"]
+            .iter()
+            .any(|k| m.contains(k))
+        || ["duration", "failed", "errors"].contains(&m.as_str())
+}
+
 fn ratio(value: Option<f64>, base: Option<f64>) -> Cell {
     match (value, base) {
         (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
             value: v / b,
             unit: "x",
+            verdict: None,
         },
         _ => Cell::Missing,
     }
 }
 
-fn change(value: Option<f64>, base: Option<f64>) -> Cell {
-    match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
-            value: (v / b - 1.0) * 100.0,
-            unit: "%",
-        },
-        _ => Cell::Missing,
+/// The change from `base` to `value` in percent, judged when it exceeds the tolerance.
+fn change(value: Option<f64>, base: Option<f64>, tolerance: f64, metric: &str) -> Cell {
+    let (Some(v), Some(b)) = (value, base) else {
+        return Cell::Missing;
+    };
+    if b == 0.0 {
+        return Cell::Missing;
+    }
+    let percent = (v / b - 1.0) * 100.0;
+    // A change of exactly the tolerance is within it (95 / 100 is -5.000000000000004%).
+    let verdict = (percent.abs() > tolerance + 1e-9).then(|| {
+        if (percent < 0.0) == lower_is_better(metric) {
+            Verdict::Improvement
+        } else {
+            Verdict::Regression
+        }
+    });
+    Cell::Derived {
+        value: percent,
+        unit: "%",
+        verdict,
     }
 }
 
-/// The table printed at the end of `rigrun run`: the hosts side by side with ratios, for the
-/// sweeps; tables of fetched files only when no sweep measured anything (they repeat the sweeps'
-/// numbers otherwise).
+/// The table printed at the end of `rigrun run`: `compare` of the run with the first host as
+/// the baseline.
 pub fn closing_grids(run: &Run, metric: Option<&str>) -> Result<Vec<Grid>> {
-    let groups = group(&run.records);
-    let any_sweep = groups.iter().any(|g| !is_fetched(g));
-    let wanted = groups
-        .into_iter()
-        .filter(|g| !any_sweep || !is_fetched(g))
-        .collect();
-    host_grids(
-        run,
-        wanted,
-        &CompareOptions {
-            metric,
-            baseline: None,
-        },
-    )
+    let opts = CompareOptions {
+        metric,
+        baseline: None,
+        tolerance: DEFAULT_TOLERANCE,
+    };
+    compare_hosts(run, &opts)
 }
 
-/// Within one run: every host's value, then each host's ratio to the baseline.
+/// Within one run, for its main steps: every host's value, then each host's ratio to the
+/// baseline; the references last.
 fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
-    host_grids(run, group(&run.records), opts)
+    let groups = group(&run.records);
+    let main: Vec<&StepRecords> = groups.iter().filter(|g| is_main_step(&groups, g)).collect();
+    let mut grids = host_grids(run, &main, opts)?;
+    grids.extend(references::grid(run));
+    Ok(grids)
 }
 
-fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Result<Vec<Grid>> {
+/// Per step: every host's value, then each other host's ratio to the baseline, with the
+/// scaling story under the sweeps.
+pub(super) fn host_grids(run: &Run, steps: &[&StepRecords], opts: &CompareOptions) -> Result<Vec<Grid>> {
     let hosts = run.hosts();
     let baseline = baseline(&hosts, opts.baseline)?;
-    let others: Vec<&String> = hosts.iter().filter(|h| **h != baseline).collect();
+    let refs = Lookup::new(run);
+    let all_groups = group(&run.records);
     let mut grids = Vec::new();
-    for step in steps {
-        let metric = pick_metric(&step, opts.metric);
+    for &step in steps {
+        let metric = pick_metric(step, opts.metric);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
-        columns.extend(others.iter().map(|h| format!("{h} / {baseline}")));
+        columns.extend(
+            hosts
+                .iter()
+                .filter(|h| **h != baseline)
+                .map(|h| format!("{h} / {baseline}")),
+        );
         let rows = step
             .rows
             .iter()
             .map(|(label, by_host)| {
-                let base = cell(by_host.get(&baseline), &metric).value();
-                let mut row = vec![Cell::Label { text: label.clone() }];
-                row.extend(hosts.iter().map(|h| cell(by_host.get(h), &metric)));
-                row.extend(
-                    others
-                        .iter()
-                        .map(|h| ratio(cell(by_host.get(*h), &metric).value(), base)),
-                );
-                row
+                let cells = hosts.iter().map(|h| host_cell(&refs, step, by_host, h, &metric));
+                with_ratios(label, &hosts, &baseline, cells.collect())
             })
             .collect();
         grids.push(Grid {
@@ -95,12 +140,38 @@ fn host_grids(run: &Run, steps: Vec<StepRecords>, opts: &CompareOptions) -> Resu
                 step.step_index + 1,
                 step.step
             ),
+            scaling: match is_main_step(&all_groups, step) {
+                true => scaling::stories(step, &metric, &hosts),
+                false => Vec::new(),
+            },
+            step: Some((step.step_index, step.step.clone())),
             metric,
             columns,
             rows,
         });
     }
     Ok(grids)
+}
+
+/// A row: the label, the hosts' cells, then every other host's ratio to the baseline's value.
+fn with_ratios(label: &str, hosts: &[String], baseline: &str, cells: Vec<Cell>) -> Vec<Cell> {
+    let base = hosts
+        .iter()
+        .zip(&cells)
+        .find(|(h, _)| *h == baseline)
+        .and_then(|(_, c)| c.number());
+    let ratios: Vec<Cell> = hosts
+        .iter()
+        .zip(&cells)
+        .filter(|(h, _)| *h != baseline)
+        .map(|(_, c)| ratio(c.number(), base))
+        .collect();
+    let mut row = vec![Cell::Label {
+        text: label.to_string(),
+    }];
+    row.extend(cells);
+    row.extend(ratios);
+    row
 }
 
 fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
@@ -118,22 +189,20 @@ fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
 }
 
 /// Across runs: per host, the value in each run and the change against the first run.
-fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let first = &runs[0];
+pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
     let groups: Vec<Vec<StepRecords>> = runs.iter().map(|r| group(&r.records)).collect();
+    let lookups: Vec<Lookup> = runs.iter().map(Lookup::new).collect();
     let mut hosts: Vec<String> = Vec::new();
-    for run in runs {
-        for h in run.hosts() {
-            if !hosts.contains(&h) {
-                hosts.push(h);
-            }
+    for h in runs.iter().flat_map(Run::hosts) {
+        if !hosts.contains(&h) {
+            hosts.push(h);
         }
     }
     if let Some(b) = opts.baseline {
         baseline(&hosts, Some(b))?;
     }
     let mut grids = Vec::new();
-    for step in &groups[0] {
+    for step in groups[0].iter().filter(|s| is_main_step(&groups[0], s)) {
         let metric = pick_metric(step, opts.metric);
         let matching: Vec<Option<&StepRecords>> = groups
             .iter()
@@ -142,54 +211,117 @@ fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
                     .find(|s| s.step == step.step && s.step_index == step.step_index)
             })
             .collect();
-        let mut columns = vec!["point".to_string()];
-        for host in &hosts {
-            for run in runs {
-                columns.push(format!("{host} @{}", short_id(&run.manifest.run_id)));
-            }
-            for run in &runs[1..] {
-                columns.push(format!("{host} Δ @{}", short_id(&run.manifest.run_id)));
-            }
-        }
-        let mut rows = Vec::new();
-        for label in step.rows.keys() {
-            let mut row = vec![Cell::Label { text: label.clone() }];
-            for host in &hosts {
-                let cells: Vec<Cell> = matching
-                    .iter()
-                    .map(|s| {
-                        cell(
-                            s.and_then(|s| s.rows.get(label)).and_then(|r| r.get(host)),
-                            &metric,
-                        )
-                    })
-                    .collect();
-                let base = cells[0].value();
-                let changes: Vec<Cell> = cells[1..].iter().map(|c| change(c.value(), base)).collect();
-                row.extend(cells);
-                row.extend(changes);
-            }
-            rows.push(row);
-        }
+        let same_step = SameStep {
+            steps: &matching,
+            lookups: &lookups,
+            metric: &metric,
+        };
+        let rows = row_labels(&matching)
+            .into_iter()
+            .map(|label| same_step.row(&label, &hosts, opts.tolerance))
+            .collect();
         grids.push(Grid {
             title: format!(
-                "step {}: {} across {} runs (first: {})",
+                "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
                 step.step_index + 1,
                 step.step,
                 runs.len(),
-                first.manifest.run_id
+                runs[0].manifest.run_id,
+                opts.tolerance
             ),
+            columns: run_columns(runs, &hosts),
             metric,
-            columns,
             rows,
+            scaling: Vec::new(),
+            step: Some((step.step_index, step.step.clone())),
         });
+    }
+    for run in runs {
+        grids.extend(references::grid(run));
     }
     Ok(grids)
 }
 
-/// The time part of a run id, enough to tell runs apart in a column name.
-fn short_id(run_id: &str) -> &str {
-    run_id.split('-').next().unwrap_or(run_id)
+/// `point`, then per host: its value in each run, then its change in each later run.
+fn run_columns(runs: &[Run], hosts: &[String]) -> Vec<String> {
+    let mut columns = vec!["point".to_string()];
+    for host in hosts {
+        for run in runs {
+            columns.push(format!("{host} @{}", run_label(runs, run)));
+        }
+        for run in &runs[1..] {
+            columns.push(format!("{host} Δ @{}", run_label(runs, run)));
+        }
+    }
+    columns
+}
+
+/// One step as each run recorded it (when it did), with each run's references.
+struct SameStep<'a> {
+    steps: &'a [Option<&'a StepRecords<'a>>],
+    lookups: &'a [Lookup<'a>],
+    metric: &'a str,
+}
+
+impl SameStep<'_> {
+    /// The row of `label`: per host, its cell in each run, then the changes against the first.
+    fn row(&self, label: &str, hosts: &[String], tolerance: f64) -> Vec<Cell> {
+        let mut row = vec![Cell::Label {
+            text: label.to_string(),
+        }];
+        for host in hosts {
+            let cells: Vec<Cell> = self
+                .steps
+                .iter()
+                .zip(self.lookups)
+                .map(
+                    |(step, refs)| match step.and_then(|s| Some((s, s.rows.get(label)?))) {
+                        Some((s, by_host)) => host_cell(refs, s, by_host, host, self.metric),
+                        None => Cell::Missing,
+                    },
+                )
+                .collect();
+            let base = cells[0].number();
+            let changes: Vec<Cell> = cells[1..]
+                .iter()
+                .map(|c| change(c.number(), base, tolerance, self.metric))
+                .collect();
+            row.extend(cells);
+            row.extend(changes);
+        }
+        row
+    }
+}
+
+/// Every row label of a step across runs, in the order first seen.
+fn row_labels(steps: &[Option<&StepRecords>]) -> Vec<String> {
+    let mut labels: Vec<String> = Vec::new();
+    for step in steps.iter().flatten() {
+        for label in step.rows.keys() {
+            if !labels.contains(label) {
+                labels.push(label.clone());
+            }
+        }
+    }
+    labels
+}
+
+/// What tells `run` apart from the other `runs` in a column or series name: the time part of
+/// its id, or the whole id when another run started in the same second.
+pub(super) fn run_label<'a>(runs: &[Run], run: &'a Run) -> &'a str {
+    fn time(id: &str) -> &str {
+        id.split('-').next().unwrap_or(id)
+    }
+    let id = run.manifest.run_id.as_str();
+    let shared = runs
+        .iter()
+        .filter(|r| time(&r.manifest.run_id) == time(id))
+        .count();
+    if shared > 1 {
+        id
+    } else {
+        time(id)
+    }
 }
 
 #[cfg(test)]
@@ -201,7 +333,66 @@ mod tests {
         assert_eq!(ratio(Some(2.0), Some(1.0)).text(), "×2.00");
         assert!(matches!(ratio(None, Some(1.0)), Cell::Missing));
         assert!(matches!(ratio(Some(1.0), Some(0.0)), Cell::Missing));
-        assert_eq!(change(Some(95.0), Some(100.0)).text(), "-5.0%");
+        assert_eq!(
+            change(Some(95.0), Some(100.0), 5.0, "output_throughput").text(),
+            "-5.0%"
+        );
+        assert!(matches!(change(None, Some(100.0), 5.0, "x"), Cell::Missing));
+    }
+
+    #[test]
+    fn changes_beyond_the_tolerance_are_judged_by_the_metric_direction() {
+        let t = "output_throughput";
+        assert_eq!(
+            change(Some(90.0), Some(100.0), 5.0, t).text(),
+            "-10.0% regression"
+        );
+        assert_eq!(
+            change(Some(110.0), Some(100.0), 5.0, t).text(),
+            "+10.0% improvement"
+        );
+        assert_eq!(change(Some(110.0), Some(100.0), 12.0, t).text(), "+10.0%");
+        let l = "p99_ttft_ms";
+        assert_eq!(
+            change(Some(110.0), Some(100.0), 5.0, l).text(),
+            "+10.0% regression"
+        );
+        assert_eq!(
+            change(Some(90.0), Some(100.0), 5.0, l).text(),
+            "-10.0% improvement"
+        );
+        assert!(lower_is_better("duration") && lower_is_better("mean_e2el_ms"));
+        assert!(!lower_is_better("request_throughput") && !lower_is_better("completed"));
+    }
+
+    fn run(id: &str) -> Run {
+        let manifest = serde_json::json!({
+            "run_id": id, "tool": {"name": "rigrun", "version": "0"},
+            "playbook": {"path": "p.yaml", "name": "p", "source": "", "extra_vars": {}},
+            "inventory": {"path": "h.yaml", "source": ""},
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": null, "status": "ok", "hosts": {},
+        });
+        Run {
+            manifest: serde_json::from_value(manifest).unwrap(),
+            records: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn runs_are_told_apart_by_time_or_by_id() {
+        let runs = [run("20260101T000000Z-sweep"), run("20260102T000000Z-sweep")];
+        assert_eq!(run_label(&runs, &runs[1]), "20260102T000000Z");
+        let runs = [run("20260101T000000Z-sweep"), run("20260101T000000Z-sweep-2")];
+        assert_eq!(run_label(&runs, &runs[0]), "20260101T000000Z-sweep");
+        assert_eq!(run_label(&runs, &runs[1]), "20260101T000000Z-sweep-2");
+    }
+
+    #[test]
+    fn tolerances_read_as_percentages() {
+        assert_eq!(parse_tolerance("5%"), Ok(5.0));
+        assert_eq!(parse_tolerance("2.5"), Ok(2.5));
+        assert!(parse_tolerance("five").unwrap_err().contains("write it like 5%"));
+        assert!(parse_tolerance("-1%").is_err());
     }
 
     #[test]

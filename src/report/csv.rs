@@ -1,26 +1,108 @@
-//! CSV for spreadsheets and notebooks: one line per cell (long format), numbers unformatted.
+//! CSV for spreadsheets and notebooks: one line per cell (long format), numbers unformatted;
+//! then the scaling story, one line per step, knee and limit.
 
+use super::scaling::Series;
 use super::{Cell, Grid};
+
+const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];
 
 pub fn render(grids: &[Grid]) -> String {
     let mut writer = ::csv::Writer::from_writer(Vec::new());
-    let _ = writer.write_record(["table", "metric", "row", "column", "value", "status", "reason"]);
+    let _ = writer.write_record(COLUMNS);
     for grid in grids {
         for row in &grid.rows {
             let label = row.first().map(Cell::text).unwrap_or_default();
             for (column, cell) in grid.columns.iter().zip(row).skip(1) {
-                let (value, status, reason) = match cell {
-                    Cell::Value { value } => (value.to_string(), "ok", String::new()),
-                    Cell::Derived { value, unit } => (format!("{value:.4}"), *unit, String::new()),
-                    Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
-                    Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
-                    Cell::Missing => (String::new(), "missing", String::new()),
-                    Cell::Label { text } => (text.clone(), "label", String::new()),
-                };
+                let (value, status, reason) = fields(cell);
                 let _ =
                     writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);
             }
         }
+        for series in &grid.scaling {
+            for [column, value, status, reason] in scaling_lines(series) {
+                let _ = writer.write_record([
+                    &grid.title,
+                    &series.metric,
+                    &series.name,
+                    &column,
+                    &value,
+                    &status,
+                    &reason,
+                ]);
+            }
+        }
     }
     String::from_utf8(writer.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// (value, status, reason) of a cell.
+fn fields(cell: &Cell) -> (String, &'static str, String) {
+    match cell {
+        Cell::Value { value, reference } => {
+            let reason = match reference {
+                Some(r) if r.met => format!("reference {}: met", r.expected),
+                Some(r) => r.explain(*value),
+                None => String::new(),
+            };
+            (value.to_string(), "ok", reason)
+        }
+        Cell::Derived { value, unit, verdict } => (
+            format!("{value:.4}"),
+            unit,
+            verdict
+                .map(|v| format!("{v:?}").to_lowercase())
+                .unwrap_or_default(),
+        ),
+        Cell::Invalid { value, reason } => (
+            value.map(|v| v.to_string()).unwrap_or_default(),
+            "invalid",
+            reason.clone(),
+        ),
+        Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
+        Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
+        Cell::Missing => (String::new(), "missing", String::new()),
+        Cell::Label { text } => (text.clone(), "label", String::new()),
+    }
+}
+
+/// [column, value, status, reason] lines of one scaling story: the efficiency of each step
+/// (`C=1→4`), then `knee` and `limit` with their concurrency.
+fn scaling_lines(series: &Series) -> Vec<[String; 4]> {
+    let mut lines: Vec<[String; 4]> = series
+        .steps
+        .iter()
+        .map(|s| {
+            [
+                format!("C={}→{}", s.from, s.to),
+                format!("{:.4}", s.efficiency),
+                "efficiency".into(),
+                format!(
+                    "gain ×{:.4}, {:+.2}% per doubling",
+                    s.gain,
+                    s.per_doubling * 100.0
+                ),
+            ]
+        })
+        .collect();
+    if let Some(k) = &series.knee {
+        lines.push([
+            "knee".into(),
+            k.concurrency.to_string(),
+            "knee".into(),
+            format!(
+                "{:+.2}% per doubling beyond, at {}",
+                k.per_doubling * 100.0,
+                k.throughput
+            ),
+        ]);
+    }
+    if let Some(l) = &series.limit {
+        lines.push([
+            "limit".into(),
+            l.concurrency.to_string(),
+            l.status.clone(),
+            l.reason.clone(),
+        ]);
+    }
+    lines
 }

@@ -1,13 +1,18 @@
-//! Markdown, fit for pasting into an issue or a README.
+//! Markdown, fit for pasting into an issue or a README: the hosts' facts as a list, each table
+//! with its notes and scaling story under it.
 
-use super::{with_notes, Grid};
+use super::{with_notes, Grid, Header};
 
-pub fn render(grids: &[Grid], header: &str) -> String {
+pub fn render(grids: &[Grid], header: &Header) -> String {
     let mut out = String::new();
-    if !header.is_empty() {
-        for line in header.lines() {
-            out.push_str(&format!("- {}\n", escape(line)));
+    for line in header.lines() {
+        // Indented lines are facts of the host above: nested list items.
+        match line.strip_prefix("  ") {
+            Some(fact) => out.push_str(&format!("  - {}\n", escape(fact))),
+            None => out.push_str(&format!("- **{}**\n", escape(&line))),
         }
+    }
+    if !out.is_empty() {
         out.push('\n');
     }
     for grid in grids {
@@ -23,6 +28,12 @@ pub fn render(grids: &[Grid], header: &str) -> String {
         for note in notes {
             out.push_str(&format!("{}  \n", escape(&note)));
         }
+        if let Some((intro, lines)) = super::scaling::describe(&grid.scaling).split_first() {
+            out.push_str(&format!("\n**{}**\n\n", escape(intro)));
+            for line in lines {
+                out.push_str(&format!("- {}\n", escape(line)));
+            }
+        }
         out.push('\n');
     }
     out
@@ -32,7 +43,29 @@ fn row<'a>(cells: impl Iterator<Item = &'a str>) -> String {
     format!("| {} |\n", cells.map(escape).collect::<Vec<_>>().join(" | "))
 }
 
-/// Pipes would split a cell.
+/// Pipes would split a cell; `*`, `` ` `` and `<` could turn text into emphasis, code or HTML.
+/// (Underscores inside words, as in metric names, stay: GitHub reads them literally.)
 fn escape(text: &str) -> String {
-    text.replace('|', "\\|")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '|' | '*' | '<' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_markdown_would_read_as_markup() {
+        assert_eq!(escape("a|b"), "a\\|b");
+        assert_eq!(
+            escape("output_throughput * 2 <x>"),
+            "output_throughput \\* 2 \\<x>"
+        );
+    }
 }

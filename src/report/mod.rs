@@ -1,10 +1,18 @@
 //! Reports: a run's records as tables (rows = sweep points, columns = hosts), hosts and runs
-//! compared, in several formats (one module per format).
+//! compared, the scaling story of each sweep, the hosts' facts, in several formats (one module
+//! per format: table, markdown, csv, json, html).
 
+mod cell;
+mod charts;
 mod compare;
 mod csv;
+mod header;
+mod html;
 mod json;
 mod markdown;
+pub mod references;
+pub mod scaling;
+mod svg;
 mod table;
 
 use std::path::Path;
@@ -12,9 +20,11 @@ use std::path::Path;
 use anyhow::Result;
 use indexmap::IndexMap;
 use serde::Serialize;
-use serde_json::Value as Json;
 
-pub use compare::{closing_grids, compare, CompareOptions};
+pub use cell::{cell, format_number, Cell, RefCheck, Verdict};
+pub use compare::{closing_grids, compare, parse_tolerance, CompareOptions, DEFAULT_TOLERANCE};
+pub use header::Header;
+pub use html::render as html;
 
 use crate::events::{Record, RecordStatus};
 use crate::plan::point_label;
@@ -31,68 +41,6 @@ pub enum Format {
     Json,
 }
 
-/// One cell of a table.
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum Cell {
-    /// A measured value.
-    Value {
-        value: f64,
-    },
-    /// A derived number such as a ratio or a change in percent, with its unit.
-    Derived {
-        value: f64,
-        unit: &'static str,
-    },
-    Skipped {
-        reason: String,
-    },
-    Failed {
-        reason: String,
-    },
-    /// The point ran but reported no such metric, or the host never got there.
-    Missing,
-    /// A row label.
-    Label {
-        text: String,
-    },
-}
-
-impl Cell {
-    pub fn value(&self) -> Option<f64> {
-        match self {
-            Cell::Value { value } => Some(*value),
-            _ => None,
-        }
-    }
-
-    /// The cell as people read it: `1647.2`, `×1.23`, `+4.1%`, `skipped: …`.
-    pub fn text(&self) -> String {
-        match self {
-            Cell::Value { value } => format_number(*value),
-            Cell::Derived { value, unit: "x" } => format!("×{value:.2}"),
-            Cell::Derived { value, unit } => format!("{value:+.1}{unit}"),
-            Cell::Skipped { reason } => format!("skipped: {reason}"),
-            Cell::Failed { reason } => format!("FAILED: {reason}"),
-            Cell::Missing => "—".to_string(),
-            Cell::Label { text } => text.clone(),
-        }
-    }
-}
-
-fn format_number(v: f64) -> String {
-    let a = v.abs();
-    if v.fract() == 0.0 && a < 1e15 {
-        format!("{v:.0}")
-    } else if a >= 100.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// A table: a title, column names and rows of cells (the first cell of a row is its label).
 #[derive(Clone, Debug, Serialize)]
 pub struct Grid {
@@ -100,31 +48,36 @@ pub struct Grid {
     pub metric: String,
     pub columns: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
+    /// The scaling story of a concurrency sweep, per host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scaling: Vec<scaling::Series>,
+    /// The step the table shows (index, name), when it shows one.
+    #[serde(skip)]
+    pub step: Option<(usize, String)>,
 }
 
-/// The grid's cells as text for human formats: a skipped or failed cell shows a note number and
-/// its reason is listed once under the table, so long reasons do not stretch the columns.
+/// The grid's cells as text for human formats: a skipped, failed or invalid cell, or a missed
+/// reference, shows a note number and its reason is listed once under the table, so long
+/// reasons do not stretch the columns.
 pub fn with_notes(grid: &Grid) -> (Vec<Vec<String>>, Vec<String>) {
     let mut notes: Vec<String> = Vec::new();
-    let mut note = |reason: String| {
-        let n = match notes.iter().position(|r| *r == reason) {
-            Some(i) => i + 1,
-            None => {
-                notes.push(reason);
-                notes.len()
-            }
-        };
-        format!("[{n}]")
-    };
     let rows = grid
         .rows
         .iter()
         .map(|row| {
             row.iter()
-                .map(|cell| match cell {
-                    Cell::Skipped { reason } => format!("skipped {}", note(reason.clone())),
-                    Cell::Failed { reason } => format!("FAILED {}", note(reason.clone())),
-                    other => other.text(),
+                .map(|cell| match cell.note() {
+                    Some((short, reason)) => {
+                        let n = match notes.iter().position(|r| *r == reason) {
+                            Some(i) => i + 1,
+                            None => {
+                                notes.push(reason);
+                                notes.len()
+                            }
+                        };
+                        format!("{short} [{n}]")
+                    }
+                    None => cell.text(),
                 })
                 .collect()
         })
@@ -236,29 +189,34 @@ pub fn pick_metric(step: &StepRecords, asked: Option<&str>) -> String {
         .unwrap_or_else(|| DEFAULT_METRIC.to_string())
 }
 
-/// The cell for one host's records at one row.
-pub fn cell(records: Option<&Vec<&Record>>, metric: &str) -> Cell {
-    let Some(records) = records else {
-        return Cell::Missing;
+/// The cell of `host` in one row of a step, checked against its reference when it has one.
+pub fn host_cell(
+    refs: &references::Lookup,
+    step: &StepRecords,
+    row: &RowRecords,
+    host: &str,
+    metric: &str,
+) -> Cell {
+    let records = row.get(host);
+    let value = cell(records, metric);
+    match records.and_then(|r| r.first()) {
+        Some(first) => refs.mark(value, step.step_index, host, &first.point, metric),
+        None => value,
+    }
+}
+
+/// Whether a step is one of the run's main tables (compared, charted, told the scaling story
+/// of): the sweeps, or every step when no sweep measured anything. Fetched result files repeat
+/// a measuring sweep's numbers.
+pub fn is_main_step(groups: &[StepRecords], step: &StepRecords) -> bool {
+    let measuring_sweep = |g: &StepRecords| {
+        !is_fetched(g)
+            && g.rows
+                .values()
+                .flat_map(|h| h.values().flatten())
+                .any(|r| r.status == RecordStatus::Ok)
     };
-    if let Some(r) = records.iter().find(|r| r.status == RecordStatus::Skipped) {
-        return Cell::Skipped {
-            reason: r.reason.clone().unwrap_or_default(),
-        };
-    }
-    if let Some(v) = records
-        .iter()
-        .rev()
-        .find_map(|r| r.metrics.get(metric).and_then(Json::as_f64))
-    {
-        return Cell::Value { value: v };
-    }
-    match records.iter().find(|r| r.status == RecordStatus::Failed) {
-        Some(r) => Cell::Failed {
-            reason: r.reason.clone().unwrap_or_default(),
-        },
-        None => Cell::Missing,
-    }
+    !is_fetched(step) || !groups.iter().any(measuring_sweep)
 }
 
 /// Whether any record of the group is a run-sweep measurement (not a fetched file).
@@ -269,10 +227,14 @@ pub fn is_fetched(step: &StepRecords) -> bool {
         .all(|r| r.point.contains_key("file"))
 }
 
-/// `show`: per step, rows = points, columns = hosts.
+/// `show`: per step (every step), rows = points, columns = hosts, with the scaling story under
+/// each sweep;
+/// then the references, when the playbook states any.
 pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
     let hosts = run.hosts();
-    group(&run.records)
+    let refs = references::Lookup::new(run);
+    let groups = group(&run.records);
+    let mut grids: Vec<Grid> = groups
         .iter()
         .map(|step| {
             let metric = pick_metric(step, metric);
@@ -283,7 +245,7 @@ pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
                 .iter()
                 .map(|(label, by_host)| {
                     let mut row = vec![Cell::Label { text: label.clone() }];
-                    row.extend(hosts.iter().map(|h| cell(by_host.get(h), &metric)));
+                    row.extend(hosts.iter().map(|h| host_cell(&refs, step, by_host, h, &metric)));
                     row
                 })
                 .collect();
@@ -294,16 +256,23 @@ pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
                     step.step_index + 1,
                     step.step
                 ),
+                scaling: match is_main_step(&groups, step) {
+                    true => scaling::stories(step, &metric, &hosts),
+                    false => Vec::new(),
+                },
+                step: Some((step.step_index, step.step.clone())),
                 metric,
                 columns,
                 rows,
             }
         })
-        .collect()
+        .collect();
+    grids.extend(references::grid(run));
+    grids
 }
 
-/// Writes grids in the chosen format.
-pub fn render(grids: &[Grid], format: Format, header: &str) -> String {
+/// Writes grids in the chosen format, human formats under the hosts' facts.
+pub fn render(grids: &[Grid], format: Format, header: &Header) -> String {
     match format {
         Format::Table => table::render(grids, header),
         Format::Markdown => markdown::render(grids, header),
@@ -312,37 +281,10 @@ pub fn render(grids: &[Grid], format: Format, header: &str) -> String {
     }
 }
 
-/// A line per host saying what it is (labels, GPUs), printed above human-readable tables.
-pub fn host_header(runs: &[&Manifest]) -> String {
-    let mut lines = Vec::new();
-    for manifest in runs {
-        for (host, entry) in &manifest.hosts {
-            let mut parts: Vec<String> = entry.labels.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-            if let Some(gpus) = entry.facts.get("gpus").and_then(Json::as_array) {
-                if let Some(first) = gpus.first().and_then(Json::as_str) {
-                    parts.push(format!(
-                        "{}× {}",
-                        gpus.len(),
-                        first.split(',').next().unwrap_or(first)
-                    ));
-                }
-            }
-            if parts.is_empty() {
-                continue;
-            }
-            let line = format!("{host}: {}", parts.join(", "));
-            if !lines.contains(&line) {
-                lines.push(line);
-            }
-        }
-    }
-    lines.join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value as Json};
 
     fn record(host: &str, c: u64, status: RecordStatus, metrics: Json) -> Record {
         let mut point = IndexMap::new();
@@ -384,7 +326,7 @@ mod tests {
         ));
         assert!(matches!(cell(row.get("c"), "output_throughput"), Cell::Missing));
         assert_eq!(
-            cell(step.rows["concurrency=1"].get("a"), "output_throughput").value(),
+            cell(step.rows["concurrency=1"].get("a"), "output_throughput").number(),
             Some(172.0)
         );
     }
@@ -402,26 +344,54 @@ mod tests {
     }
 
     #[test]
-    fn numbers_read_naturally() {
-        assert_eq!(Cell::Value { value: 2156.0 }.text(), "2156");
-        assert_eq!(Cell::Value { value: 1647.25 }.text(), "1647.2");
-        assert_eq!(Cell::Value { value: 12.3456 }.text(), "12.35");
-        assert_eq!(Cell::Value { value: 0.01234 }.text(), "0.012");
-        assert_eq!(
-            Cell::Derived {
-                value: 1.234,
-                unit: "x"
-            }
-            .text(),
-            "×1.23"
+    fn records_the_benchmark_marked_invalid_are_never_numbers() {
+        let problems = json!({"output_throughput": 900.0, "valid": false, "problems": ["3 of 12 requests failed", "short outputs"]});
+        let recs = vec![
+            record("a", 4, RecordStatus::Ok, problems),
+            record(
+                "b",
+                4,
+                RecordStatus::Ok,
+                json!({"output_throughput": 800.0, "valid": true}),
+            ),
+            record("c", 4, RecordStatus::Ok, json!({"valid": false})),
+        ];
+        let groups = group(&recs);
+        let row = &groups[0].rows["concurrency=4"];
+        let a = cell(row.get("a"), "output_throughput");
+        assert!(
+            matches!(
+                a,
+                Cell::Invalid {
+                    value: Some(900.0),
+                    ..
+                }
+            ),
+            "{a:?}"
         );
+        assert_eq!(a.number(), None);
+        let (short, why) = a.note().unwrap();
         assert_eq!(
-            Cell::Derived {
-                value: -4.06,
-                unit: "%"
-            }
-            .text(),
-            "-4.1%"
+            (short.as_str(), why.as_str()),
+            ("invalid", "invalid: 3 of 12 requests failed; short outputs")
         );
+        assert_eq!(cell(row.get("b"), "output_throughput").number(), Some(800.0));
+        let c = cell(row.get("c"), "output_throughput");
+        assert_eq!(c.text(), "invalid: the benchmark marked this record invalid");
+    }
+
+    #[test]
+    fn fetched_files_are_main_steps_only_when_no_sweep_measured() {
+        let mut fetched = record("a", 1, RecordStatus::Ok, json!({"output_throughput": 1.0}));
+        fetched.point = IndexMap::from([("file".to_string(), json!("c1.json"))]);
+        fetched.step_index = 3;
+        let measured = record("a", 1, RecordStatus::Ok, json!({"output_throughput": 1.0}));
+        let skipped = record("a", 1, RecordStatus::Skipped, json!({}));
+        let both = vec![measured, fetched.clone()];
+        let groups = group(&both);
+        assert!(is_main_step(&groups, &groups[0]) && !is_main_step(&groups, &groups[1]));
+        let nothing_measured = vec![skipped, fetched];
+        let groups = group(&nothing_measured);
+        assert!(groups.iter().all(|g| is_main_step(&groups, g)));
     }
 }

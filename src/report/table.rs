@@ -4,12 +4,13 @@ use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Alignment, Style};
 
-use super::{with_notes, Grid};
+use super::{with_notes, Grid, Header};
 
-pub fn render(grids: &[Grid], header: &str) -> String {
+pub fn render(grids: &[Grid], header: &Header) -> String {
     let mut out = String::new();
-    if !header.is_empty() {
-        out.push_str(header);
+    let lines = header.lines();
+    if !lines.is_empty() {
+        out.push_str(&lines.join("\n"));
         out.push_str("\n\n");
     }
     for grid in grids {
@@ -25,7 +26,7 @@ pub fn render(grids: &[Grid], header: &str) -> String {
         table.modify(Columns::new(1..), Alignment::right());
         out.push_str(&table.to_string());
         out.push('\n');
-        for note in notes {
+        for note in notes.iter().chain(&super::scaling::describe(&grid.scaling)) {
             out.push_str(&format!("  {note}\n"));
         }
         out.push('\n');

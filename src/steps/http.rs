@@ -68,6 +68,100 @@ pub fn parse_models(body: &str) -> Result<ServerInfo> {
     })
 }
 
+/// Endpoints where servers describe themselves: vLLM's `/version`, SGLang's `/get_server_info`
+/// (its launch arguments and version), llama.cpp's `/props`.
+const SELF_DESCRIPTIONS: [&str; 3] = ["/version", "/get_server_info", "/props"];
+
+/// What the server tells about itself beyond `/v1/models`: engine, version and launch
+/// arguments, where it tells them. An endpoint that does not answer is recorded as absent.
+pub async fn server_facts(endpoint: &HttpEndpoint, api_key: Option<&str>, models: &Json) -> Json {
+    let [a, b, c] = SELF_DESCRIPTIONS;
+    let (a, b, c) = tokio::join!(
+        get_json(endpoint, a, api_key),
+        get_json(endpoint, b, api_key),
+        get_json(endpoint, c, api_key)
+    );
+    let replies: Vec<(&str, Result<Json>)> = SELF_DESCRIPTIONS.into_iter().zip([a, b, c]).collect();
+    summarize_server(models, &replies)
+}
+
+/// One `GET` of a JSON document, briefly: these endpoints answer at once or not at all.
+async fn get_json(endpoint: &HttpEndpoint, path: &str, api_key: Option<&str>) -> Result<Json> {
+    let url = format!(
+        "{}{path}",
+        endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1")
+    );
+    let reply = request(endpoint.client.get(&url), api_key)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", explain(&e)))?;
+    let status = reply.status();
+    if !status.is_success() {
+        bail!("HTTP {status}");
+    }
+    let body = reply.text().await.unwrap_or_default();
+    serde_json::from_str(&body).map_err(|_| anyhow::anyhow!("not JSON: {}", excerpt(&body)))
+}
+
+/// Folds the self-descriptions into `engine`, `version`, `launch_args` and, per endpoint, `ok`
+/// or `absent (why)`. The engine comes from `/v1/models` (`owned_by`) unless an endpoint that
+/// only one engine has answers.
+pub fn summarize_server(models: &Json, replies: &[(&str, Result<Json>)]) -> Json {
+    let mut facts = serde_json::Map::new();
+    if let Some(owner) = models.pointer("/data/0/owned_by").and_then(Json::as_str) {
+        facts.insert("engine".into(), owner.into());
+    }
+    let mut endpoints = serde_json::Map::new();
+    for (path, reply) in replies {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                endpoints.insert(path.to_string(), format!("absent ({e:#})").into());
+                continue;
+            }
+        };
+        endpoints.insert(path.to_string(), "ok".into());
+        let (engine, version, args) = describe(path, reply);
+        if let Some(engine) = engine {
+            facts.insert("engine".into(), engine.into());
+        }
+        if let Some(version) = version {
+            facts.entry("version").or_insert(version);
+        }
+        if let Some(args) = args {
+            facts.insert("launch_args".into(), args);
+        }
+    }
+    facts.insert("endpoints".into(), Json::Object(endpoints));
+    Json::Object(facts)
+}
+
+/// What one self-description says: (engine, version, launch arguments).
+fn describe(path: &str, reply: &Json) -> (Option<&'static str>, Option<Json>, Option<Json>) {
+    let version = |key: &str| reply.get(key).filter(|v| !v.is_null()).cloned();
+    match path {
+        "/version" => (None, version("version"), None),
+        "/get_server_info" => {
+            let mut args = reply.as_object().cloned().unwrap_or_default();
+            // Run-time state, not how the server was launched.
+            for key in ["version", "internal_states", "status"] {
+                args.remove(key);
+            }
+            (Some("sglang"), version("version"), Some(Json::Object(args)))
+        }
+        "/props" => {
+            let args = json!({
+                "model_path": reply.get("model_path"),
+                "total_slots": reply.get("total_slots"),
+                "n_ctx": reply.pointer("/default_generation_settings/n_ctx"),
+            });
+            (Some("llama.cpp"), version("build_info"), Some(args))
+        }
+        _ => (None, None, None),
+    }
+}
+
 /// Polls `/v1/models` until it answers or `wait` runs out; `gone` may end the wait early with a
 /// reason (e.g. the server process exited). The last error is in the message.
 pub async fn wait_until_up(
@@ -196,6 +290,38 @@ mod tests {
         assert!(err.contains("not JSON") && err.contains("502"), "{err}");
         let err = parse_models(r#"{"models": []}"#).unwrap_err().to_string();
         assert!(err.contains("no `data` list"), "{err}");
+    }
+
+    #[test]
+    fn server_facts_come_from_whichever_endpoint_answers() {
+        let models = json!({"data": [{"id": "m", "owned_by": "vllm"}]});
+        let vllm = summarize_server(
+            &models,
+            &[
+                ("/version", Ok(json!({"version": "0.9.1"}))),
+                ("/get_server_info", Err(anyhow::anyhow!("HTTP 404 Not Found"))),
+            ],
+        );
+        assert_eq!(vllm["engine"], "vllm");
+        assert_eq!(vllm["version"], "0.9.1");
+        assert!(vllm.get("launch_args").is_none());
+        assert_eq!(
+            vllm["endpoints"]["/get_server_info"],
+            "absent (HTTP 404 Not Found)"
+        );
+        let info = json!({"model_path": "Qwen/Qwen3.6-27B", "tp_size": 8, "version": "0.4.6", "internal_states": [{}]});
+        let sglang = summarize_server(&json!({}), &[("/get_server_info", Ok(info))]);
+        assert_eq!(sglang["engine"], "sglang");
+        assert_eq!(sglang["version"], "0.4.6");
+        assert_eq!(
+            sglang["launch_args"],
+            json!({"model_path": "Qwen/Qwen3.6-27B", "tp_size": 8})
+        );
+        let none = summarize_server(
+            &json!({"data": []}),
+            &[("/version", Err(anyhow::anyhow!("HTTP 404")))],
+        );
+        assert_eq!(none, json!({"endpoints": {"/version": "absent (HTTP 404)"}}));
     }
 
     #[test]

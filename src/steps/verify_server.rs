@@ -1,12 +1,13 @@
 //! `verify-server`: `GET {url}/v1/models` as seen from the host (through an SSH port forward to
-//! the host's loopback), polling until it answers or `wait` runs out.
+//! the host's loopback), polling until it answers or `wait` runs out; then what the server tells
+//! about itself (engine, version, launch arguments), kept in the step's details in the manifest.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use super::http::{smoke, wait_until_up};
+use super::http::{server_facts, smoke, wait_until_up};
 use super::{HostCtx, StepOutcome};
 
 pub async fn run(
@@ -35,6 +36,7 @@ pub async fn run(
         "waited_seconds": waited.as_secs_f64(),
         "reply": info.reply,
     });
+    details["server_facts"] = server_facts(&endpoint, api_key.as_deref(), &info.reply).await;
     if let Some(model) = model {
         if !info.models.iter().any(|m| m == model) {
             let served = if info.models.is_empty() {

@@ -5,6 +5,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+use crate::config::reference::Reference;
 use crate::events::{Event, Status};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -17,6 +18,9 @@ pub struct Manifest {
     pub finished_at: Option<DateTime<Utc>>,
     pub status: Status,
     pub hosts: IndexMap<String, HostEntry>,
+    /// The playbook's expected values, resolved, so that `show` can check them later.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<Reference>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -183,5 +187,6 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         finished_at: None,
         status: Status::Running,
         hosts,
+        references: config.references.clone(),
     }
 }

@@ -1,0 +1,274 @@
+//! What each table measured: per host, its labels, GPUs and how they are linked, CPU, memory,
+//! system, and the inference server's engine, version and launch arguments. Printed above every
+//! human-readable table and in the HTML report.
+
+use serde_json::Value as Json;
+
+use crate::plan::value_text;
+use crate::store::{HostEntry, Manifest};
+
+/// Launch arguments worth a place in the one-line summary, in this order (SGLang, vLLM and
+/// llama.cpp spellings); the report lists all of them.
+const KEY_ARGS: &[&str] = &[
+    "model_path",
+    "tp_size",
+    "tensor_parallel_size",
+    "pp_size",
+    "dp_size",
+    "ep_size",
+    "quantization",
+    "kv_cache_dtype",
+    "context_length",
+    "max_model_len",
+    "max_running_requests",
+    "max_num_seqs",
+    "mem_fraction_static",
+    "gpu_memory_utilization",
+    "chunked_prefill_size",
+    "attention_backend",
+    "n_ctx",
+    "total_slots",
+];
+
+/// The facts of one host in one run.
+pub struct HostFacts {
+    pub host: String,
+    /// `gpu: 8x RTX PRO 6000, model: …`.
+    pub labels: String,
+    /// (what, summary) lines: GPUs, GPU links, CPU, system, server.
+    pub lines: Vec<(String, String)>,
+    /// `nvidia-smi topo -m`, when the host has it.
+    pub topology: Option<String>,
+    /// Everything the server said about how it was launched.
+    pub launch_args: Option<serde_json::Map<String, Json>>,
+}
+
+/// The facts of every host of one run.
+pub struct RunFacts {
+    pub run_id: String,
+    pub hosts: Vec<HostFacts>,
+}
+
+/// The facts of the hosts of each run, in order.
+pub struct Header {
+    pub runs: Vec<RunFacts>,
+}
+
+impl Header {
+    pub fn new(manifests: &[&Manifest]) -> Header {
+        let runs = manifests
+            .iter()
+            .map(|m| RunFacts {
+                run_id: m.run_id.clone(),
+                hosts: m.hosts.iter().map(|(h, e)| host_facts(h, e)).collect(),
+            })
+            .collect();
+        Header { runs }
+    }
+
+    /// Lines for the terminal: `host: labels`, then indented `what: summary` lines. Runs get a
+    /// heading of their own when there are several.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for run in &self.runs {
+            if self.runs.len() > 1 {
+                lines.push(format!("run {}", run.run_id));
+            }
+            for host in &run.hosts {
+                lines.push(match host.labels.is_empty() {
+                    true => host.host.clone(),
+                    false => format!("{}: {}", host.host, host.labels),
+                });
+                lines.extend(host.lines.iter().map(|(k, v)| format!("  {k}: {v}")));
+            }
+        }
+        lines
+    }
+}
+
+fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
+    let facts = &entry.facts;
+    let text = |key: &str| facts.get(key).and_then(Json::as_str).map(str::to_string);
+    let mut lines = Vec::new();
+    if let Some(gpus) = gpu_line(facts) {
+        lines.push(("GPUs".to_string(), gpus));
+    }
+    if let Some(links) = text("gpu_interconnect") {
+        lines.push(("GPU links".to_string(), links));
+    }
+    if let Some(cpu) = cpu_line(facts) {
+        lines.push(("CPU".to_string(), cpu));
+    }
+    let system: Vec<String> = ["hostname", "os", "kernel", "arch"]
+        .iter()
+        .filter_map(|k| text(k))
+        .collect();
+    if !system.is_empty() {
+        lines.push(("system".to_string(), system.join(", ")));
+    }
+    let server = server_facts(entry);
+    if let Some(summary) = server.map(server_line) {
+        lines.push(("server".to_string(), summary));
+    }
+    HostFacts {
+        host: host.to_string(),
+        labels: entry
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        lines,
+        topology: text("gpu_topology"),
+        launch_args: server.and_then(|s| s.get("launch_args").and_then(Json::as_object).cloned()),
+    }
+}
+
+/// `8× NVIDIA RTX PRO 6000 (97887 MiB, power limit 600.00 W), driver 575.57.08`; GPUs of
+/// different kinds are counted separately; without GPUs, what nvidia-smi said.
+fn gpu_line(facts: &Json) -> Option<String> {
+    let Some(gpus) = facts.get("gpus").and_then(Json::as_array) else {
+        return match facts.get("nvidia_smi").and_then(Json::as_str) {
+            Some("absent") => Some("none found (nvidia-smi absent)".to_string()),
+            Some(other) if other != "present" => Some(format!("unknown (nvidia-smi {other})")),
+            _ => None,
+        };
+    };
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    let mut drivers: Vec<&str> = Vec::new();
+    for gpu in gpus {
+        let (kind, driver) = gpu_kind(gpu);
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((kind, 1)),
+        }
+        if let Some(d) = driver.filter(|d| !drivers.contains(d)) {
+            drivers.push(d);
+        }
+    }
+    let mut line: Vec<String> = kinds.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+    if !drivers.is_empty() {
+        line.push(format!("driver {}", drivers.join(", ")));
+    }
+    Some(line.join(", "))
+}
+
+/// One GPU as `name (memory, power limit …)`, and its driver.
+fn gpu_kind(gpu: &Json) -> (String, Option<&str>) {
+    let field = |k: &str| gpu.get(k).and_then(Json::as_str).filter(|v| !v.is_empty());
+    // Runs from before GPUs were parsed kept the CSV line.
+    let name = gpu.as_str().map_or(field("name").unwrap_or("GPU"), |s| {
+        s.split(',').next().unwrap_or(s)
+    });
+    let details: Vec<String> = [
+        field("memory").map(str::to_string),
+        field("power_limit").map(|p| format!("power limit {p}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let kind = match details.is_empty() {
+        true => name.to_string(),
+        false => format!("{name} ({})", details.join(", ")),
+    };
+    (kind, field("driver"))
+}
+
+/// `AMD EPYC 9555 64-Core Processor, 128 threads, 1.5 TiB memory`.
+fn cpu_line(facts: &Json) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(cpu) = facts.get("cpu").and_then(Json::as_str) {
+        parts.push(cpu.to_string());
+    }
+    if let Some(n) = facts.get("cpus").and_then(Json::as_u64) {
+        parts.push(format!("{n} threads"));
+    }
+    if let Some(kib) = facts.get("memory_kib").and_then(Json::as_u64) {
+        parts.push(format!("{} memory", memory(kib)));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+fn memory(kib: u64) -> String {
+    let gib = kib as f64 / (1024.0 * 1024.0);
+    if gib >= 1024.0 {
+        format!("{:.1} TiB", gib / 1024.0)
+    } else {
+        format!("{gib:.1} GiB")
+    }
+}
+
+/// The server facts verify-server recorded (the last verify-server step of the host).
+fn server_facts(entry: &HostEntry) -> Option<&Json> {
+    entry
+        .steps
+        .iter()
+        .rev()
+        .filter(|s| s.kind == "verify-server")
+        .find_map(|s| s.details.get("server_facts"))
+        .filter(|f| f.is_object())
+}
+
+/// `sglang 0.4.6, tp_size=8, quantization=modelopt_fp4` or `rigrun (no version reported)`.
+fn server_line(facts: &Json) -> String {
+    let engine = facts.get("engine").and_then(Json::as_str).unwrap_or("server");
+    let mut line = match facts.get("version").and_then(Json::as_str) {
+        Some(v) => format!("{engine} {v}"),
+        None => format!("{engine} (no version reported)"),
+    };
+    if let Some(args) = facts.get("launch_args").and_then(Json::as_object) {
+        let shown: Vec<String> = KEY_ARGS
+            .iter()
+            .filter_map(|k| args.get(*k).filter(|v| !v.is_null()).map(|v| (k, v)))
+            .map(|(k, v)| format!("{k}={}", value_text(v)))
+            .collect();
+        if !shown.is_empty() {
+            line.push_str(", ");
+            line.push_str(&shown.join(", "));
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn gpus_are_counted_by_kind_with_their_driver() {
+        let facts = json!({"gpus": [
+            {"name": "NVIDIA RTX A6000", "memory": "49140 MiB", "driver": "570.86", "power_limit": "300.00 W"},
+            {"name": "NVIDIA RTX A6000", "memory": "49140 MiB", "driver": "570.86", "power_limit": "300.00 W"},
+        ]});
+        assert_eq!(
+            gpu_line(&facts).unwrap(),
+            "2× NVIDIA RTX A6000 (49140 MiB, power limit 300.00 W), driver 570.86"
+        );
+        assert_eq!(
+            gpu_line(&json!({"nvidia_smi": "absent"})).unwrap(),
+            "none found (nvidia-smi absent)"
+        );
+        assert_eq!(
+            gpu_line(&json!({"gpus": ["NVIDIA A100, 80 GB"]})).unwrap(),
+            "1× NVIDIA A100"
+        );
+        assert_eq!(gpu_line(&json!({})), None);
+    }
+
+    #[test]
+    fn the_server_line_names_engine_version_and_key_arguments() {
+        let f = json!({"engine": "sglang", "version": "0.4.6", "launch_args": {"tp_size": 8, "model_path": "Qwen/Q", "log_level": "info"}});
+        assert_eq!(server_line(&f), "sglang 0.4.6, model_path=Qwen/Q, tp_size=8");
+        assert_eq!(
+            server_line(&json!({"engine": "rigrun"})),
+            "rigrun (no version reported)"
+        );
+    }
+
+    #[test]
+    fn memory_reads_in_gib_or_tib() {
+        assert_eq!(memory(8 * 1024 * 1024), "8.0 GiB");
+        assert_eq!(memory(1536 * 1024 * 1024), "1.5 TiB");
+    }
+}

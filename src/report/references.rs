@@ -1,0 +1,167 @@
+//! The playbook's references (expected values) checked against what a run measured. The
+//! references come from the run's manifest, so any run directory can be checked again later.
+
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+use serde_json::Value as Json;
+
+use super::cell::{cell, Cell, RefCheck};
+use super::{Grid, Run};
+use crate::config::reference::{Expected, Reference};
+use crate::plan::point_label;
+
+/// References by (step index, host, point label, metric), for marking table cells.
+pub struct Lookup<'a> {
+    by_key: HashMap<(usize, &'a str, String, &'a str), &'a Expected>,
+}
+
+impl<'a> Lookup<'a> {
+    pub fn new(run: &'a Run) -> Lookup<'a> {
+        let by_key = run
+            .manifest
+            .references
+            .iter()
+            .map(|r| {
+                let key = (
+                    r.step_index,
+                    r.host.as_str(),
+                    point_label(&r.point),
+                    r.metric.as_str(),
+                );
+                (key, &r.expected)
+            })
+            .collect();
+        Lookup { by_key }
+    }
+
+    /// The cell with its reference check, when the playbook states a reference for it.
+    pub fn mark(
+        &self,
+        cell: Cell,
+        step_index: usize,
+        host: &str,
+        point: &IndexMap<String, Json>,
+        metric: &str,
+    ) -> Cell {
+        let Cell::Value { value, .. } = cell else {
+            return cell;
+        };
+        let expected = self.by_key.get(&(step_index, host, point_label(point), metric));
+        Cell::Value {
+            value,
+            reference: expected.map(|e| RefCheck::new(e, value)),
+        }
+    }
+}
+
+/// One reference and what the run measured for it. A reference without a valid measurement
+/// (skipped, failed, invalid, missing) is missed.
+pub struct Checked<'a> {
+    pub reference: &'a Reference,
+    pub measured: Cell,
+    pub met: bool,
+}
+
+/// Every reference of the run, checked.
+pub fn check(run: &Run) -> Vec<Checked<'_>> {
+    run.manifest
+        .references
+        .iter()
+        .map(|reference| {
+            let label = point_label(&reference.point);
+            let records: Vec<_> = run
+                .records
+                .iter()
+                .filter(|r| {
+                    r.step_index == reference.step_index
+                        && r.host == reference.host
+                        && point_label(&r.point) == label
+                })
+                .collect();
+            let measured = match records.is_empty() {
+                true => Cell::Missing,
+                false => cell(Some(&records), &reference.metric),
+            };
+            let met = measured.number().is_some_and(|v| reference.expected.is_met_by(v));
+            Checked {
+                reference,
+                measured,
+                met,
+            }
+        })
+        .collect()
+}
+
+/// One line per missed reference, for `rigrun run --check-references`.
+pub fn misses(run: &Run) -> Vec<String> {
+    check(run)
+        .iter()
+        .filter(|c| !c.met)
+        .map(|c| {
+            let r = c.reference;
+            let measured = match &c.measured {
+                Cell::Value { value, .. } => RefCheck::new(&r.expected, *value).explain(*value),
+                Cell::Missing => format!("reference {}: nothing measured", r.expected),
+                other => format!("reference {}: no valid value ({})", r.expected, other.text()),
+            };
+            format!(
+                "{} at {} (step {}): {} {measured}",
+                r.host,
+                point_label(&r.point),
+                r.step_index + 1,
+                r.metric
+            )
+        })
+        .collect()
+}
+
+/// The references of a run as a table: each with what was measured and whether it was met.
+pub fn grid(run: &Run) -> Option<Grid> {
+    let checked = check(run);
+    if checked.is_empty() {
+        return None;
+    }
+    let label = |text: String| Cell::Label { text };
+    let rows = checked
+        .into_iter()
+        .map(|c| {
+            let r = c.reference;
+            let deviation = match c.measured.number() {
+                Some(v) if r.expected.value != 0.0 => Cell::Derived {
+                    value: (v / r.expected.value - 1.0) * 100.0,
+                    unit: "%",
+                    verdict: None,
+                },
+                _ => Cell::Missing,
+            };
+            vec![
+                label(point_label(&r.point)),
+                label(r.host.clone()),
+                label(format!("{} (step {})", r.metric, r.step_index + 1)),
+                label(r.expected.to_string()),
+                c.measured,
+                deviation,
+                label(if c.met { "met" } else { "MISSED" }.to_string()),
+            ]
+        })
+        .collect();
+    Some(Grid {
+        title: format!("{} · references", run.manifest.run_id),
+        metric: "expected values".into(),
+        columns: [
+            "point",
+            "host",
+            "metric",
+            "reference",
+            "measured",
+            "deviation",
+            "verdict",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        scaling: Vec::new(),
+        step: None,
+    })
+}

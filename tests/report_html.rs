@@ -1,0 +1,175 @@
+//! `rigrun report`: the HTML file opens in a real headless Chromium with no error of any kind
+//! (its Content-Security-Policy forbids loading anything, so a page that tried would say so),
+//! the charts are in the DOM, and a screenshot is kept in target/test-artifacts/.
+//! Chromium is required: `apt-get install -y chromium` (.ci/run installs it).
+
+mod chromium;
+mod common;
+mod reporting;
+
+use chromium::{artifact, Browser};
+use reporting::{rigrun_ok, run, setup, PLAYBOOK};
+use serde_json::json;
+
+/// What the checks read from the loaded page.
+const DOM_CHECK: &str = r#"({
+  charts: [...document.querySelectorAll('svg.chart')].map(s => s.dataset.chart),
+  series: [...document.querySelectorAll('svg.chart[data-chart=throughput] g.series')].map(g => g.dataset.series),
+  markers: document.querySelectorAll('svg.chart circle').length,
+  hosts: [...document.querySelectorAll('.host')].map(h => h.dataset.host),
+  chartWidth: document.querySelector('svg.chart').getBoundingClientRect().width,
+  invalid: document.querySelectorAll('td.invalid').length,
+  missed: document.querySelectorAll('td.missed').length,
+  text: document.body.innerText,
+})"#;
+
+#[test]
+fn the_report_loads_cleanly_in_chromium_with_its_charts() {
+    let dir = setup(PLAYBOOK);
+    let (run_dir, out) = run(dir.path(), &[]);
+    assert!(out.status.success(), "{:?}", common::text(&out));
+    let html_path = dir.path().join("report.html");
+    rigrun_ok(
+        &[
+            "report",
+            run_dir.to_str().unwrap(),
+            "--out",
+            html_path.to_str().unwrap(),
+        ],
+        0,
+    );
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(
+        !html.contains("<script") && !html.contains("src="),
+        "the report must not load anything"
+    );
+    let external: Vec<&str> = html.matches("http").collect();
+    assert_eq!(
+        external.len(),
+        html.matches("http://www.w3.org/2000/svg").count() + html.matches("http-equiv").count(),
+        "no links or resources outside the file"
+    );
+
+    let mut browser = Browser::launch();
+    let shot = artifact("report-local-sweep.png");
+    let page = browser.check_page(&html_path, DOM_CHECK, &shot);
+    assert_eq!(page.errors, Vec::<String>::new(), "the page logged errors");
+    let dom = &page.evaluated;
+    let charts: Vec<&str> = dom["charts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    for kind in ["throughput", "ttft", "tradeoff", "prefill"] {
+        assert!(charts.contains(&kind), "no {kind} chart in {charts:?}");
+    }
+    assert!(
+        dom["series"].as_array().unwrap().contains(&json!("fast")),
+        "{dom}"
+    );
+    assert!(dom["markers"].as_u64().unwrap() >= 10, "{dom}");
+    assert_eq!(dom["hosts"], json!(["fast", "slow"]));
+    assert!(
+        dom["chartWidth"].as_f64().unwrap() > 300.0,
+        "charts are laid out: {dom}"
+    );
+    assert!(
+        dom["invalid"].as_u64().unwrap() >= 1,
+        "the invalid record is marked: {dom}"
+    );
+    assert!(
+        dom["missed"].as_u64().unwrap() >= 1,
+        "the missed reference is marked: {dom}"
+    );
+    let text = dom["text"].as_str().unwrap();
+    assert!(
+        text.contains("scaling of output_throughput with concurrency"),
+        "{text}"
+    );
+    assert!(text.contains("capacity limit: C=64 skipped"), "{text}");
+    assert!(text.contains("invalid: 2 of 12 requests failed"), "{text}");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "{}",
+        shot.display()
+    );
+    eprintln!("screenshot: {}", shot.display());
+}
+
+/// The checks above would pass on a broken error collector; this page must trip all of them.
+#[test]
+fn the_browser_check_sees_scripts_console_errors_and_blocked_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("bad.html");
+    std::fs::write(
+        &page,
+        r#"<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'"></head>
+        <body><img src="https://cdn.example.invalid/x.png"><script>console.error("from the page"); throw new Error("boom");</script></body></html>"#,
+    )
+    .unwrap();
+    let mut browser = Browser::launch();
+    let check = browser.check_page(&page, "document.title", &dir.path().join("bad.png"));
+    let all = check.errors.join("\n");
+    assert!(all.contains("boom"), "{all}");
+    assert!(all.contains("from the page"), "{all}");
+    assert!(
+        all.contains("cdn.example.invalid"),
+        "the blocked load is reported: {all}"
+    );
+}
+
+#[test]
+fn a_report_across_runs_marks_changes_beyond_the_tolerance() {
+    let dir = setup(PLAYBOOK);
+    let (first, _) = run(dir.path(), &[]);
+    // Both hosts at speed 150: fast loses 25%, slow gains 50%.
+    let (second, out) = run(dir.path(), &["-e", "speed=150"]);
+    assert!(out.status.success(), "{:?}", common::text(&out));
+    let html_path = dir.path().join("across.html");
+    rigrun_ok(
+        &[
+            "report",
+            first.to_str().unwrap(),
+            second.to_str().unwrap(),
+            "--out",
+            html_path.to_str().unwrap(),
+            "--tolerance",
+            "10%",
+        ],
+        0,
+    );
+    let mut browser = Browser::launch();
+    let page = browser.check_page(
+        &html_path,
+        r#"({
+          regressions: [...document.querySelectorAll('td.regression')].map(td => td.textContent),
+          improvements: [...document.querySelectorAll('td.improvement')].map(td => td.textContent),
+          series: [...document.querySelectorAll('svg.chart[data-chart=throughput] g.series')].map(g => g.dataset.series),
+          runs: document.querySelectorAll('#hosts h3').length,
+        })"#,
+        &artifact("report-across-runs.png"),
+    );
+    assert_eq!(page.errors, Vec::<String>::new());
+    let dom = &page.evaluated;
+    assert!(
+        dom["regressions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("-25.0% regression")),
+        "{dom}"
+    );
+    assert!(
+        dom["improvements"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("+50.0% improvement")),
+        "{dom}"
+    );
+    assert_eq!(
+        dom["series"].as_array().unwrap().len(),
+        4,
+        "a line per host and run: {dom}"
+    );
+    assert_eq!(dom["runs"], 2);
+}
