@@ -38,6 +38,13 @@ async fn models_and_health() {
     assert_eq!(model["max_model_len"], 4096);
     assert!(model["owned_by"].is_string());
     assert_eq!(sim.get("/health").await.0, 200);
+    let (status, body) = sim.get("/version").await;
+    assert_eq!(status, 200);
+    let version: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        version["version"].as_str().unwrap().starts_with("rigrun-sim "),
+        "{version}"
+    );
 }
 
 #[tokio::test]

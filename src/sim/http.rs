@@ -80,10 +80,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/metrics", get(metrics))
+        .route("/version", get(version))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// vLLM's `/version`, so that reports say the numbers came from the simulator.
+async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "version": format!("rigrun-sim {}", env!("CARGO_PKG_VERSION")) }))
 }
 
 async fn models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
