@@ -1,0 +1,62 @@
+//! The playbooks and inventories shipped in the repo stay valid, and plan what their comments say.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn plan(playbook: &str, inventory: &str) -> String {
+    for command in ["check", "plan"] {
+        let out = run_rigrun(repo(), &[command, playbook, "-i", inventory]);
+        assert!(out.status.success(), "{command} {playbook}: {:?}", text(&out));
+    }
+    text(&run_rigrun(repo(), &["plan", playbook, "-i", inventory])).0
+}
+
+#[test]
+fn the_throughput_sweep_guards_the_kv_capacity() {
+    let plan = plan("playbooks/throughput-sweep.yaml", "hosts.yaml");
+    assert!(
+        plan.contains("host blackwell") && plan.contains("host kpro5"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("concurrency=1024  SKIP: concurrency * (input_len + output_len) = 2048000 > kv_capacity_tokens = 1570000"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("concurrency=512  $ python3 ~/.rigrun/bench_throughput.py"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn the_long_context_sweep_decides_its_skips_at_run_time() {
+    let plan = plan("playbooks/long-context.yaml", "hosts.yaml");
+    assert!(
+        plan.contains("input_len=100000") && plan.contains("decided at run time"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn the_demo_runs_two_simulated_hosts_and_skips_what_the_a6000_cannot_hold() {
+    let plan = plan("playbooks/demo.yaml", "playbooks/demo-hosts.yaml");
+    assert!(
+        plan.contains("host blackwell (local") && plan.contains("host a6000 (local"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("sim --profile a6000-qwen3.6-27b --port 31002"),
+        "{plan}"
+    );
+    let a6000 = plan.split("host a6000").nth(1).unwrap();
+    assert!(a6000.contains("concurrency=256  SKIP:"), "{plan}");
+    let blackwell = plan.split("host a6000").next().unwrap();
+    assert!(!blackwell.contains("SKIP"), "{plan}");
+}
