@@ -52,7 +52,7 @@ pub struct ConfigArgs {
     /// The inventory file.
     #[arg(short = 'i', long = "inventory", default_value = "hosts.yaml")]
     pub inventory: PathBuf,
-    /// Run only on these hosts (comma-separated names from the inventory).
+    /// Run only on these hosts (comma-separated host or group names from the inventory).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,
     /// Set a variable, overriding inventory and playbook vars (repeatable). VALUE is read as YAML,
