@@ -37,6 +37,9 @@ pub enum Command {
     Show(ShowArgs),
     /// Compare hosts within a run (ratio columns) or the same hosts across runs (change in %).
     Compare(CompareArgs),
+    /// Load-test an OpenAI-compatible server natively: one JSON line per concurrency level
+    /// (vLLM's metric names) with validity checks; playbooks run it on hosts as `{{ rigrun }}`.
+    Bench(crate::bench::BenchArgs),
     /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
     /// demos and for testing playbooks without GPUs.
     Sim(crate::sim::SimArgs),

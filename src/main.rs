@@ -26,6 +26,7 @@ fn main() -> ExitCode {
             Command::Plan(args) => commands::plan(&args),
             Command::Show(args) => commands::show(&args),
             Command::Compare(args) => commands::compare(&args),
+            Command::Bench(args) => rigrun::bench::run(args).await,
             Command::Sim(args) => rigrun::sim::run(args).await.map(|()| ExitCode::SUCCESS),
         }
     });
