@@ -62,11 +62,11 @@ fn good_stream(prompt: u64, tokens: u64, finish: &str) -> Vec<String> {
     events
 }
 
-/// Sends `events` one per millisecond, as a server generating tokens does; an `Err` cuts the
+/// Sends `events` one every 3 ms, as a server generating tokens does; an `Err` cuts the
 /// connection there.
 fn sse(events: Vec<Result<String, std::io::Error>>) -> Response {
     let stream = futures_util::stream::iter(events).then(|event| async move {
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
         event.map(Bytes::from)
     });
     ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()

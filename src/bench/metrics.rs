@@ -273,6 +273,17 @@ impl Collector {
         Some((first, last))
     }
 
+    /// Requests in flight on average over `window` (ns after `t0`).
+    pub fn mean_in_flight(&self, window: (u64, u64)) -> Option<f64> {
+        let (from, to) = window;
+        let busy: u64 = self
+            .intervals
+            .iter()
+            .map(|&(start, end)| end.min(to).saturating_sub(start.max(from)))
+            .sum();
+        (to > from).then(|| busy as f64 / (to - from) as f64)
+    }
+
     /// Output tokens per second in `window` (ns after `t0`).
     pub fn throughput_in(&self, window: (u64, u64)) -> Option<f64> {
         let (from, to) = window;
@@ -333,6 +344,10 @@ mod tests {
         assert_eq!(concurrency(&intervals, 2), (2, Some((5, 25))));
         assert_eq!(concurrency(&intervals, 3), (2, None));
         assert_eq!(concurrency(&[], 1), (0, None));
+        let mut c = Collector::new(Instant::now(), true);
+        c.intervals = intervals.to_vec();
+        assert_eq!(c.mean_in_flight((5, 25)), Some(2.0));
+        assert_eq!(c.mean_in_flight((0, 40)), Some(50.0 / 40.0));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct Summary {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub peak: u64,
+    /// Requests in flight on average over the steady-state window.
+    pub mean_in_flight: Option<f64>,
     /// Output tokens per second while all C streams ran, and for how long that was.
     pub steady: Option<(f64, f64)>,
     pub ttft: Option<Stats>,
@@ -75,12 +77,15 @@ impl Summary {
             let seconds = (w.1 - w.0) as f64 / 1e9;
             c.throughput_in(w).map(|tps| (tps, seconds))
         });
+        let mean_in_flight = window.and_then(|w| c.mean_in_flight(w));
         let cores_used = result.cpu.as_secs_f64() / result.cpu_wall.as_secs_f64().max(1e-9);
         let cores = sys::cores();
         let evidence = Evidence {
             concurrency,
             closed_loop: plan.rate.is_none(),
             peak,
+            mean_in_flight,
+            mean_queue_ms: c.queue.stats().map(|s| s.mean),
             completed: c.completed,
             failed: c.failed,
             errors: Some(&c.errors),
@@ -108,6 +113,7 @@ impl Summary {
             input_tokens: c.input_tokens,
             output_tokens: c.output_tokens,
             peak,
+            mean_in_flight,
             steady,
             ttft: c.ttft.stats(),
             tpot: c.tpot.stats(),
@@ -208,6 +214,10 @@ impl Summary {
             round(self.per_second(self.input_tokens + self.output_tokens), 4),
         );
         m.insert("peak_concurrency".into(), self.peak.into());
+        m.insert(
+            "mean_concurrency".into(),
+            self.mean_in_flight.map_or(Value::Null, |n| round(n, 2)),
+        );
         m.insert(
             "steady_state_output_throughput".into(),
             self.steady.map_or(Value::Null, |(tps, _)| round(tps, 4)),

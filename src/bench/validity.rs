@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 
 /// A level's CPU use at or above this share of the client's cores counts as saturated.
 const CPU_SATURATED: f64 = 0.9;
+/// A closed loop that keeps fewer than this share of C in flight on average did not load the
+/// server as asked.
+const MEAN_IN_FLIGHT: f64 = 0.9;
 /// catid's method measures at least this many requests per slot.
 const REQUESTS_PER_SLOT: u64 = 5;
 
@@ -19,6 +22,10 @@ pub struct Evidence<'a> {
     /// Closed loop (no `--request-rate`): C must be reached.
     pub closed_loop: bool,
     pub peak: u64,
+    /// Requests in flight on average while all C could be (the steady-state window).
+    pub mean_in_flight: Option<f64>,
+    /// Mean time from due to sent, ms.
+    pub mean_queue_ms: Option<f64>,
     pub completed: u64,
     pub failed: u64,
     pub errors: Option<&'a BTreeMap<String, u64>>,
@@ -40,6 +47,7 @@ pub fn problems(e: &Evidence) -> Vec<String> {
         nothing_completed(e),
         short_outputs(e),
         concurrency_not_reached(e),
+        concurrency_not_held(e),
         failures(e),
         too_few_requests(e),
         cpu_saturated(e),
@@ -82,6 +90,21 @@ fn concurrency_not_reached(e: &Evidence) -> Option<String> {
         format!(
             "the requested concurrency {} was never reached: at most {} requests were in flight",
             e.concurrency, e.peak
+        )
+    })
+}
+
+/// C was reached, but the client was too slow handing freed slots on to keep it.
+fn concurrency_not_held(e: &Evidence) -> Option<String> {
+    let mean = e.mean_in_flight?;
+    let target = e.concurrency as f64;
+    (e.closed_loop && e.peak >= e.concurrency && mean < MEAN_IN_FLIGHT * target).then(|| {
+        format!(
+            "only {mean:.1} of the {} requested streams were in flight on average in steady \
+             state: the client was slow to send (mean {:.1} ms from due to sent), so the server \
+             saw less load than asked",
+            e.concurrency,
+            e.mean_queue_ms.unwrap_or(0.0)
         )
     })
 }
@@ -139,6 +162,7 @@ mod tests {
             concurrency: 4,
             closed_loop: true,
             peak: 4,
+            mean_in_flight: Some(3.9),
             completed: 20,
             output_len: Some(100),
             cores_used: 0.1,
@@ -175,6 +199,23 @@ mod tests {
         assert_eq!(p[2], "2 of 18 requests failed (http_500: 2)");
         assert!(p[3].starts_with("only 18 requests were measured, fewer than 5 × C = 20"));
         assert!(p[4].contains("CPU was saturated (190% of 2 cores)"));
+    }
+
+    #[test]
+    fn a_client_too_slow_to_hold_c_is_reported() {
+        let e = Evidence {
+            mean_in_flight: Some(3.2),
+            mean_queue_ms: Some(12.5),
+            ..good()
+        };
+        assert_eq!(
+            problems(&e),
+            [
+                "only 3.2 of the 4 requested streams were in flight on average in steady state: the \
+              client was slow to send (mean 12.5 ms from due to sent), so the server saw less load \
+              than asked"
+            ]
+        );
     }
 
     #[test]
