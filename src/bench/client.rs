@@ -148,14 +148,15 @@ impl Client {
     }
 
     /// Sends one request and reads its response to the end; never panics on what the server
-    /// sends, and reports every failure by kind.
-    pub async fn send(&self, body: Bytes) -> Outcome {
+    /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front.
+    pub async fn send(&self, body: Bytes, max_tokens: u32) -> Outcome {
         let request = self
             .auth(self.http.post(format!("{}{}", self.base, self.path)))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         let sent = Instant::now();
-        let mut reading = Reading::new(sent);
+        let capacity = if self.stream { max_tokens.min(1 << 16) } else { 1 };
+        let mut reading = Reading::new(sent, capacity as usize);
         let result = match request.send().await {
             Err(e) => Err(send_failure(&e)),
             Ok(reply) if !reply.status().is_success() => Err(http_failure(reply).await),
@@ -179,10 +180,10 @@ struct Reading {
 }
 
 impl Reading {
-    fn new(sent: Instant) -> Self {
+    fn new(sent: Instant, capacity: usize) -> Self {
         Reading {
             sent,
-            events: Vec::new(),
+            events: Vec::with_capacity(capacity),
             end: None,
         }
     }

@@ -193,7 +193,7 @@ fn start(
     tokio::spawn(async move {
         let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
         let spec = shared.workload.request(index);
-        let outcome = shared.client.send(spec.body).await;
+        let outcome = shared.client.send(spec.body, spec.max_tokens).await;
         let _ = slot.send(outcome.end);
         let asked = Asked {
             due,
