@@ -97,6 +97,16 @@ async fn completions(
             Ok(chunk(" b", None)),
             Err(std::io::Error::other("the server died")),
         ]),
+        // No usage chunk and no `[DONE]`; the last event, with the finish reason, lacks its
+        // closing newlines.
+        "bare" => {
+            let mut events: Vec<String> = good_stream(prompt, max, "length");
+            events.truncate(events.len() - 2);
+            if let Some(last) = events.last_mut() {
+                *last = last.trim_end().to_string();
+            }
+            ok(events)
+        }
         "error-event" => ok(vec![
             chunk(" a", None),
             format!("data: {}\n\n", json!({"error": {"message": "engine crashed"}})),
@@ -118,6 +128,19 @@ fn a_well_behaved_server_gives_a_valid_level() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.records[0]["valid"], true);
     assert_eq!(run.records[0]["total_output_tokens"], 100);
+}
+
+#[test]
+fn without_usage_tokens_are_counted_as_events() {
+    let run = bench_mode("bare");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = &run.records[0];
+    assert_eq!(r["total_output_tokens"], 100);
+    assert_eq!(
+        r["total_input_tokens"], 80,
+        "prompt ids are counted when usage is missing"
+    );
+    assert_eq!(r["valid"], true);
 }
 
 #[test]

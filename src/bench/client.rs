@@ -194,9 +194,10 @@ impl Reading {
         let mut done = Completed::default();
         let mut state: Result<bool, Failure> = Ok(false);
         while matches!(state, Ok(false)) {
-            let chunk = match reply.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
+            let (chunk, ended) = match reply.chunk().await {
+                Ok(Some(chunk)) => (chunk, false),
+                // The body ended: a last line without its newline still counts.
+                Ok(None) => (Bytes::from_static(b"\n"), true),
                 Err(e) => {
                     self.end = Some(Instant::now());
                     return Err(body_failure(&e, self.events.len()));
@@ -207,6 +208,9 @@ impl Reading {
                 state = self.event(data, at, &mut done);
                 matches!(state, Ok(false))
             });
+            if ended {
+                break;
+            }
         }
         self.end = Some(Instant::now());
         match state {

@@ -64,10 +64,10 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub concurrency: Vec<u32>,
     /// Prompt tokens per request (catid and random workloads).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub input_len: u32,
     /// Output tokens asked per request (max_tokens, with ignore_eos).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub output_len: u32,
     /// Measured requests per level (default: 5 × C).
     #[arg(long, value_name = "N", conflicts_with = "duration",
@@ -278,11 +278,11 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
     }
 }
 
-/// The run's opening line on stderr.
+/// The run's opening lines on stderr.
 fn intro(client: &Client, info: &RunInfo) -> String {
-    let note = info.workload_note.map_or(String::new(), |n| format!(" ({n})"));
+    let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
     format!(
-        "rigrun bench: {}, model {}, {} API, {}, workload {}{note}, {} input / {} output tokens",
+        "rigrun bench: {}, model {}, {} API, {}, workload {}, {} input / {} output tokens{note}",
         client.base(),
         info.model,
         info.api,
