@@ -227,3 +227,29 @@ fn lengths_beyond_the_context_window_are_refused_up_front() {
         "error: --input-len 4000 + --output-len 200 = 4200 tokens, more than the server's max_model_len 4096"
     );
 }
+
+#[test]
+fn holds_hundreds_of_streams_at_once() {
+    // bench/fast-server.yaml batches everything and steps every millisecond, so each request
+    // streams for about 100 ms: long enough for all 512 to be in flight together.
+    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/fast-server.yaml");
+    let sim = Sim::start(profile);
+    let run = bench(
+        &sim.url,
+        &[
+            "--concurrency",
+            "512",
+            "--num-requests",
+            "512",
+            "--input-len",
+            "16",
+            "--output-len",
+            "100",
+        ],
+    );
+    let r = &run.records[0];
+    assert_eq!(r["completed"], 512, "{}", run.stderr);
+    assert_eq!(r["failed"], 0);
+    assert_eq!(r["peak_concurrency"], 512);
+    assert_eq!(r["total_output_tokens"], 512 * 100);
+}
