@@ -24,6 +24,7 @@ mod workload;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -158,18 +159,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(Invalid)?;
     let info = run_info(&args, &workload, model, seed);
-    eprintln!("{}", intro(&client, &info));
     let shared = Shared::new(client, workload, stream);
-    let mut all_valid = true;
+    run_levels(&shared, &args, &info).await
+}
+
+/// Runs every level in turn, printing each one's line and row as it ends.
+async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<ExitCode> {
+    eprintln!("{}", intro(&shared.client, info));
     eprintln!("{}", report::header());
+    let mut all_valid = true;
     for (n, &concurrency) in args.concurrency.iter().enumerate() {
-        let summary = run_level(&shared, &args, &info, concurrency, seed ^ n as u64).await;
-        emit(
-            &summary.record(&info),
-            args.out_dir.as_deref(),
-            &info,
-            concurrency,
-        )?;
+        let summary = run_level(shared, args, info, concurrency, info.seed ^ n as u64).await;
+        emit(&summary.record(info), args.out_dir.as_deref(), info, concurrency)?;
         for line in report::row(&summary) {
             eprintln!("{line}");
         }
@@ -211,32 +212,34 @@ fn warn_about_open_files(args: &BenchArgs) {
 /// The model to ask for: `--model`, else the first one the server lists. An unreachable
 /// server is invalid input (exit 2): nothing could be measured.
 async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid> {
-    match (client.models().await, &args.model) {
-        (Err(ModelsError::Unreachable(why)), _) => Err(Invalid(why)),
-        (Err(ModelsError::Answer(why)), None) => Err(Invalid(format!("{why}; give the model with --model"))),
+    let models = match (client.models().await, &args.model) {
+        (Ok(models), _) => models,
+        (Err(ModelsError::Unreachable(why)), _) => return Err(Invalid(why)),
+        (Err(ModelsError::Answer(why)), None) => {
+            return Err(Invalid(format!("{why}; give the model with --model")))
+        }
         (Err(ModelsError::Answer(why)), Some(model)) => {
             eprintln!("rigrun bench: warning: {why}; using --model {model} anyway");
+            return Ok(model.clone());
+        }
+    };
+    check_fits(args, models.max_model_len)?;
+    let listed = &models.ids;
+    match (&args.model, listed.first()) {
+        (Some(model), _) => {
+            if !listed.is_empty() && !listed.contains(model) {
+                eprintln!(
+                    "rigrun bench: warning: the server lists {}, not {model}",
+                    listed.join(", ")
+                );
+            }
             Ok(model.clone())
         }
-        (Ok(models), asked) => {
-            check_fits(args, models.max_model_len)?;
-            match (asked, models.ids.first()) {
-                (Some(model), _) => {
-                    if !models.ids.is_empty() && !models.ids.contains(model) {
-                        eprintln!(
-                            "rigrun bench: warning: the server lists {}, not {model}",
-                            models.ids.join(", ")
-                        );
-                    }
-                    Ok(model.clone())
-                }
-                (None, Some(first)) => Ok(first.clone()),
-                (None, None) => Err(Invalid(format!(
-                    "{}/v1/models lists no model; is one loaded? (or give --model)",
-                    client.base()
-                ))),
-            }
-        }
+        (None, Some(first)) => Ok(first.clone()),
+        (None, None) => Err(Invalid(format!(
+            "{}/v1/models lists no model; is one loaded? (or give --model)",
+            client.base()
+        ))),
     }
 }
 
@@ -295,7 +298,7 @@ fn intro(client: &Client, info: &RunInfo) -> String {
 
 /// Runs one level and summarises it.
 async fn run_level(
-    shared: &std::sync::Arc<Shared>,
+    shared: &Arc<Shared>,
     args: &BenchArgs,
     info: &RunInfo,
     concurrency: u32,
