@@ -40,6 +40,9 @@ pub enum Command {
     /// Write one self-contained HTML report (tables, scaling story, host facts, SVG charts)
     /// that opens offline.
     Report(ReportArgs),
+    /// Load-test an OpenAI-compatible server natively: one JSON line per concurrency level
+    /// (vLLM's metric names) with validity checks; playbooks run it on hosts as `{{ rigrun }}`.
+    Bench(crate::bench::BenchArgs),
     /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
     /// demos and for testing playbooks without GPUs.
     Sim(crate::sim::SimArgs),

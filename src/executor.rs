@@ -294,7 +294,9 @@ impl HostJob {
         let host_arch = facts["arch"].as_str().unwrap_or("unknown");
         if host_arch != std::env::consts::ARCH {
             anyhow::bail!(
-                "the playbook runs {{{{ rigrun }}}} on {}, but that host is {host_arch} and this rigrun is built for {};                  build rigrun for {host_arch} or use the Python script there",
+                "the playbook runs {{{{ rigrun }}}} on {}, but that host is {host_arch} and this \
+                 rigrun is built for {}; build rigrun for {host_arch}, or use the Python script \
+                 there (playbooks/throughput-sweep.yaml)",
                 self.host,
                 std::env::consts::ARCH
             );
@@ -302,12 +304,13 @@ impl HostJob {
         let data = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
         steps::upload_if_changed(ctx, &data, &dest, 0o755, None).await?;
         let check = format!("{} --version", template::shell_quote(&dest));
-        ctx.transport.output(&check).await.with_context(|| {
-            format!(
-                "the uploaded rigrun does not run on {} (an older glibc than this build needs?)",
-                self.host
-            )
-        })?;
+        if let Err(e) = ctx.transport.output(&check).await {
+            let said = format!("{e:#}");
+            anyhow::bail!(
+                "{}; the host said: {said}",
+                rigrun_does_not_run(&self.host, &said)
+            );
+        }
         Ok(dest)
     }
 
@@ -317,5 +320,51 @@ impl HostJob {
                 .iter()
                 .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
         })
+    }
+}
+
+/// Why an uploaded rigrun does not run on `host`, named from what the host said when it was
+/// started, with the way out.
+fn rigrun_does_not_run(host: &str, said: &str) -> String {
+    let glibc = said.split(['`', '\'']).find(|part| part.starts_with("GLIBC_"));
+    let cause = if let Some(version) = glibc {
+        format!("its glibc is older than this rigrun needs ({version} not found)")
+    } else if said.contains("Exec format error") || said.contains("cannot execute binary") {
+        "it cannot execute this rigrun's binary format (another CPU architecture or OS)".to_string()
+    } else if said.contains("Permission denied") {
+        "it may not execute files in the workdir (a noexec mount?)".to_string()
+    } else if said.contains("No such file or directory") {
+        "the dynamic loader this rigrun needs is missing (a musl system such as Alpine?)".to_string()
+    } else {
+        "it fails to start".to_string()
+    };
+    format!(
+        "the uploaded rigrun does not run on {host}: {cause}; build rigrun on a system no newer \
+         than that host's, or use the Python script there (playbooks/throughput-sweep.yaml)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rigrun_does_not_run;
+
+    #[test]
+    fn names_why_rigrun_does_not_run_on_a_host() {
+        let glibc = "`'/w/bin/rigrun' --version` exited with 1: /w/bin/rigrun: \
+                     /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.39' not found \
+                     (required by /w/bin/rigrun)";
+        let text = rigrun_does_not_run("old", glibc);
+        assert!(
+            text.starts_with(
+                "the uploaded rigrun does not run on old: its glibc is older than \
+                              this rigrun needs (GLIBC_2.39 not found); build rigrun on a system"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("use the Python script there (playbooks/throughput-sweep.yaml)"));
+        let arch = rigrun_does_not_run("h", "sh: 1: /w/bin/rigrun: Exec format error");
+        assert!(arch.contains("another CPU architecture"), "{arch}");
+        let noexec = rigrun_does_not_run("h", "sh: 1: /w/bin/rigrun: Permission denied");
+        assert!(noexec.contains("noexec"), "{noexec}");
     }
 }

@@ -3,6 +3,7 @@
 //! Data flows one way: YAML → [`config`] → [`plan`] → [`executor`] (with [`steps`] over a
 //! [`transport`]) → [`events`] → [`store`] → [`report`]. See ARCHITECTURE.md.
 
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;

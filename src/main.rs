@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             Command::Show(args) => commands::show(&args),
             Command::Compare(args) => commands::compare(&args),
             Command::Report(args) => commands::report(&args),
+            Command::Bench(args) => rigrun::bench::run(args).await,
             Command::Sim(args) => rigrun::sim::run(args).await.map(|()| ExitCode::SUCCESS),
         }
     });

@@ -1,0 +1,232 @@
+//! One concurrency level: unmeasured warm-up requests, then the measured ones.
+//!
+//! Requests are dispatched into C slots. Without `--request-rate` the loop is closed: a request
+//! is due the moment a slot frees up, as catid's method keeps exactly C streams running. With
+//! `--request-rate` arrivals are a Poisson process and a request that arrives while all C slots
+//! are busy waits for one — and that wait counts in its latency, because it is due at arrival.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use super::client::{Client, Outcome};
+use super::metrics::{Asked, Collector};
+use super::report::LevelProgress;
+use super::rng::Rng;
+use super::sys;
+use super::workload::Workload;
+
+/// What every request of a run shares.
+pub struct Shared {
+    pub client: Client,
+    pub workload: Workload,
+    pub stream: bool,
+    /// The next request's number in the run (unique prefixes never repeat across levels).
+    next_index: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(client: Client, workload: Workload, stream: bool) -> Arc<Self> {
+        Arc::new(Shared {
+            client,
+            workload,
+            stream,
+            next_index: AtomicU64::new(0),
+        })
+    }
+}
+
+/// When a phase stops sending.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    After(u64),
+    For(Duration),
+}
+
+/// How one level runs.
+#[derive(Debug, Clone, Copy)]
+pub struct LevelPlan {
+    pub concurrency: u32,
+    pub warmup: u64,
+    pub stop: Stop,
+    /// Poisson arrivals per second; None for a closed loop.
+    pub rate: Option<f64>,
+    pub seed: u64,
+}
+
+/// A phase: requests into `slots` slots until `stop`.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    slots: usize,
+    stop: Stop,
+    rate: Option<f64>,
+    seed: u64,
+}
+
+/// What a level measured.
+pub struct LevelResult {
+    pub collector: Collector,
+    /// From the start of the measured phase to the end of its last request.
+    pub duration: Duration,
+    /// Client CPU time during the measured phase, and the wall time it was spent in.
+    pub cpu: Duration,
+    pub cpu_wall: Duration,
+    pub max_rss_bytes: u64,
+    pub warmup_failed: u64,
+    pub warmup_first_error: Option<String>,
+}
+
+/// Runs warm-up and measured phase of one level.
+pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut LevelProgress) -> LevelResult {
+    let (warmup_failed, warmup_first_error) = warm_up(shared, plan, progress).await;
+    progress.measuring();
+    let before = sys::usage();
+    let t0 = Instant::now();
+    let mut collector = Collector::new(t0, shared.stream);
+    let phase = Phase {
+        slots: plan.concurrency as usize,
+        stop: plan.stop,
+        rate: plan.rate,
+        seed: plan.seed,
+    };
+    run_phase(shared, phase, t0, |asked, outcome| {
+        collector.add(asked, &outcome);
+        progress.measured(collector.measured(), collector.failed);
+    })
+    .await;
+    let cpu_wall = t0.elapsed();
+    let after = sys::usage();
+    progress.finish();
+    LevelResult {
+        duration: collector.last_end.map_or(Duration::ZERO, |end| end - t0),
+        collector,
+        cpu: after.cpu.saturating_sub(before.cpu),
+        cpu_wall,
+        max_rss_bytes: after.max_rss_bytes,
+        warmup_failed,
+        warmup_first_error,
+    }
+}
+
+/// The unmeasured warm-up: `plan.warmup` requests, at most C at once. Returns the failures.
+async fn warm_up(
+    shared: &Arc<Shared>,
+    plan: &LevelPlan,
+    progress: &mut LevelProgress,
+) -> (u64, Option<String>) {
+    if plan.warmup == 0 {
+        return (0, None);
+    }
+    let phase = Phase {
+        slots: (plan.concurrency as usize).min(plan.warmup as usize),
+        stop: Stop::After(plan.warmup),
+        rate: None,
+        seed: plan.seed,
+    };
+    let (mut failed, mut first_error) = (0, None);
+    run_phase(shared, phase, Instant::now(), |_, outcome| {
+        if let Err(failure) = &outcome.result {
+            failed += 1;
+            first_error.get_or_insert_with(|| format!("{}: {}", failure.kind, failure.detail));
+        }
+        progress.warmed();
+    })
+    .await;
+    (failed, first_error)
+}
+
+/// Dispatches a phase's requests and hands each outcome to `on_done` as it completes.
+async fn run_phase(shared: &Arc<Shared>, phase: Phase, t0: Instant, mut on_done: impl FnMut(Asked, Outcome)) {
+    let (done_tx, mut done_rx) = unbounded_channel();
+    let dispatcher = tokio::spawn(dispatch(shared.clone(), phase, t0, done_tx));
+    while let Some((asked, outcome)) = done_rx.recv().await {
+        on_done(asked, outcome);
+    }
+    // The channel closes only after the dispatcher and every request it started let go.
+    let _ = dispatcher.await;
+}
+
+/// The sending loop: waits for each request's arrival (open loop) and a free slot, then starts it.
+async fn dispatch(shared: Arc<Shared>, phase: Phase, t0: Instant, done: UnboundedSender<(Asked, Outcome)>) {
+    let (slot_tx, mut slots) = unbounded_channel::<Instant>();
+    for _ in 0..phase.slots.max(1) {
+        let _ = slot_tx.send(t0);
+    }
+    let mut arrivals = phase.rate.map(|rate| Arrivals::new(rate, phase.seed, t0));
+    let deadline = match phase.stop {
+        Stop::For(limit) => Some(t0 + limit),
+        Stop::After(_) => None,
+    };
+    let mut count = 0u64;
+    loop {
+        if matches!(phase.stop, Stop::After(n) if count >= n) {
+            break;
+        }
+        let arrival = match &mut arrivals {
+            Some(arrivals) => match arrivals.next(deadline).await {
+                Some(at) => Some(at),
+                None => break,
+            },
+            None => None,
+        };
+        let Some(freed) = slots.recv().await else {
+            break;
+        };
+        if arrival.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        count += 1;
+        start(&shared, arrival.unwrap_or(freed), slot_tx.clone(), done.clone());
+    }
+}
+
+/// Starts one request, due at `due`; its slot is handed back when it ends.
+fn start(
+    shared: &Arc<Shared>,
+    due: Instant,
+    slot: UnboundedSender<Instant>,
+    done: UnboundedSender<(Asked, Outcome)>,
+) {
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
+        let spec = shared.workload.request(index);
+        let outcome = shared.client.send(spec.body, spec.max_tokens).await;
+        let _ = slot.send(outcome.end);
+        let asked = Asked {
+            due,
+            max_tokens: spec.max_tokens,
+            input_tokens: spec.input_tokens,
+        };
+        let _ = done.send((asked, outcome));
+    });
+}
+
+/// Poisson arrival times.
+struct Arrivals {
+    rng: Rng,
+    mean_gap: f64,
+    next: Instant,
+}
+
+impl Arrivals {
+    fn new(rate: f64, seed: u64, t0: Instant) -> Self {
+        Arrivals {
+            rng: Rng::new(seed ^ 0xA11),
+            mean_gap: 1.0 / rate,
+            next: t0,
+        }
+    }
+
+    /// Waits for the next arrival and returns its time; None once past `deadline`.
+    async fn next(&mut self, deadline: Option<Instant>) -> Option<Instant> {
+        self.next += Duration::from_secs_f64(self.rng.exponential(self.mean_gap));
+        if deadline.is_some_and(|d| self.next >= d) {
+            return None;
+        }
+        tokio::time::sleep_until(self.next.into()).await;
+        Some(self.next)
+    }
+}

@@ -1,0 +1,403 @@
+//! Turning request outcomes into a level's numbers: latencies in HDR histograms, token counts,
+//! failures by kind, the concurrency actually reached, and the steady-state window when all C
+//! streams were running.
+//!
+//! Every latency counts from when the request was *due* — its arrival time with
+//! `--request-rate`, else the moment its slot freed up — not from when the client got round to
+//! sending it, so time queued in the client is not hidden.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::client::{Failure, Outcome};
+
+/// Width of the timeline's bins that steady-state tokens are counted in.
+const BIN_NS: u64 = 1_000_000;
+/// Histograms record microseconds up to an hour, to three significant digits (0.1%).
+const MAX_MICROS: u64 = 3_600_000_000;
+
+/// A latency distribution: exact mean, percentiles from an HDR histogram.
+#[derive(Debug, Clone)]
+pub struct Latency {
+    histogram: Histogram<u64>,
+    sum_ns: f64,
+}
+
+/// Summary statistics in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    pub median: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            // 1 µs .. 1 h at 3 significant digits cannot be an invalid configuration.
+            histogram: Histogram::new_with_bounds(1, MAX_MICROS, 3)
+                .unwrap_or_else(|_| unreachable!("valid histogram bounds")),
+            sum_ns: 0.0,
+        }
+    }
+}
+
+impl Latency {
+    pub fn record(&mut self, value: Duration) {
+        let ns = value.as_nanos() as f64;
+        self.sum_ns += ns;
+        let micros = (ns / 1e3).round().max(1.0) as u64;
+        self.histogram.saturating_record(micros);
+    }
+
+    /// None when nothing was recorded.
+    pub fn stats(&self) -> Option<Stats> {
+        let n = self.histogram.len();
+        if n == 0 {
+            return None;
+        }
+        let ms = |q: f64| self.histogram.value_at_quantile(q) as f64 / 1e3;
+        Some(Stats {
+            mean: self.sum_ns / n as f64 / 1e6,
+            median: ms(0.5),
+            p90: ms(0.9),
+            p99: ms(0.99),
+        })
+    }
+}
+
+/// Tokens over time in 1 ms bins, for the steady-state window chosen after the level.
+#[derive(Debug, Default)]
+struct Timeline {
+    /// Tokens that arrived in each bin.
+    points: Vec<f64>,
+    /// Token rate changes (tokens per bin) of responses spread over their duration.
+    spread: Vec<f64>,
+}
+
+impl Timeline {
+    fn grow(bins: &mut Vec<f64>, index: usize) {
+        if bins.len() <= index {
+            bins.resize(index + 1, 0.0);
+        }
+    }
+
+    /// `tokens` arrived at `at_ns`.
+    fn point(&mut self, at_ns: u64, tokens: f64) {
+        let bin = (at_ns / BIN_NS) as usize;
+        Self::grow(&mut self.points, bin);
+        self.points[bin] += tokens;
+    }
+
+    /// `tokens` arrived evenly between `from_ns` and `to_ns` (a whole, non-streamed response).
+    fn spread(&mut self, from_ns: u64, to_ns: u64, tokens: f64) {
+        let (first, last) = ((from_ns / BIN_NS) as usize, (to_ns / BIN_NS) as usize);
+        let per_bin = tokens / (last - first + 1) as f64;
+        Self::grow(&mut self.spread, last + 1);
+        self.spread[first] += per_bin;
+        self.spread[last + 1] -= per_bin;
+    }
+
+    /// Tokens that arrived in `[from_ns, to_ns)`, edge bins counted by their overlap.
+    fn sum(&self, from_ns: u64, to_ns: u64) -> f64 {
+        let bins = self.points.len().max(self.spread.len());
+        let mut rate = 0.0;
+        let mut total = 0.0;
+        for bin in 0..bins {
+            rate += self.spread.get(bin).copied().unwrap_or(0.0);
+            let tokens = rate + self.points.get(bin).copied().unwrap_or(0.0);
+            let (start, end) = (bin as u64 * BIN_NS, (bin as u64 + 1) * BIN_NS);
+            let overlap = end.min(to_ns).saturating_sub(start.max(from_ns));
+            total += tokens * overlap as f64 / BIN_NS as f64;
+        }
+        total
+    }
+}
+
+/// Everything measured in one level, gathered as requests complete.
+#[derive(Debug)]
+pub struct Collector {
+    t0: Instant,
+    /// Responses are streamed (token events carry times) or whole (one event at the end).
+    stream: bool,
+    pub ttft: Latency,
+    pub tpot: Latency,
+    pub itl: Latency,
+    pub e2el: Latency,
+    pub queue: Latency,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// One example sentence per error kind.
+    pub first_errors: BTreeMap<String, String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Completed requests that returned fewer output tokens than asked, and the fewest returned.
+    pub short: u64,
+    pub fewest_tokens: Option<u64>,
+    /// Completed requests whose token counts came from counting events (no usage sent).
+    pub counted_without_usage: u64,
+    /// `[sent, end]` of every request, in ns after `t0`.
+    intervals: Vec<(u64, u64)>,
+    timeline: Timeline,
+    /// When the last request ended.
+    pub last_end: Option<Instant>,
+}
+
+/// How one request was asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    /// When it was due (see the module doc).
+    pub due: Instant,
+    pub max_tokens: u32,
+    /// Prompt tokens if known without the server.
+    pub input_tokens: Option<u64>,
+}
+
+impl Collector {
+    pub fn new(t0: Instant, stream: bool) -> Self {
+        Collector {
+            t0,
+            stream,
+            ttft: Latency::default(),
+            tpot: Latency::default(),
+            itl: Latency::default(),
+            e2el: Latency::default(),
+            queue: Latency::default(),
+            completed: 0,
+            failed: 0,
+            errors: BTreeMap::new(),
+            first_errors: BTreeMap::new(),
+            input_tokens: 0,
+            output_tokens: 0,
+            short: 0,
+            fewest_tokens: None,
+            counted_without_usage: 0,
+            intervals: Vec::new(),
+            timeline: Timeline::default(),
+            last_end: None,
+        }
+    }
+
+    fn since_t0(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.t0).as_nanos() as u64
+    }
+
+    /// Adds one request's outcome.
+    pub fn add(&mut self, asked: Asked, outcome: &Outcome) {
+        let (sent, end) = (self.since_t0(outcome.sent), self.since_t0(outcome.end));
+        self.intervals.push((sent, end.max(sent)));
+        self.last_end = self.last_end.max(Some(outcome.end));
+        match &outcome.result {
+            Err(failure) => self.add_failure(failure),
+            Ok(done) => {
+                let events = outcome.events.len() as u64;
+                let usage = done.usage.unwrap_or_default();
+                let output = usage.completion_tokens.unwrap_or(events);
+                if usage.completion_tokens.is_none() {
+                    self.counted_without_usage += 1;
+                }
+                let input = usage.prompt_tokens.or(asked.input_tokens).unwrap_or(0);
+                self.add_completed(asked, outcome, input, output);
+            }
+        }
+    }
+
+    fn add_failure(&mut self, failure: &Failure) {
+        self.failed += 1;
+        *self.errors.entry(failure.kind.clone()).or_default() += 1;
+        self.first_errors
+            .entry(failure.kind.clone())
+            .or_insert_with(|| failure.detail.clone());
+    }
+
+    fn add_completed(&mut self, asked: Asked, outcome: &Outcome, input: u64, output: u64) {
+        self.completed += 1;
+        self.input_tokens += input;
+        self.output_tokens += output;
+        if output < u64::from(asked.max_tokens) {
+            self.short += 1;
+            self.fewest_tokens = Some(self.fewest_tokens.map_or(output, |f| f.min(output)));
+        }
+        let due = asked.due.min(outcome.sent);
+        self.queue.record(outcome.sent - due);
+        self.e2el.record(outcome.end.saturating_duration_since(due));
+        self.add_stream_times(due, outcome, output);
+    }
+
+    /// TTFT, TPOT, ITL and the timeline, from the token events' arrival times.
+    fn add_stream_times(&mut self, due: Instant, outcome: &Outcome, output: u64) {
+        let events = &outcome.events;
+        let sent_ns = self.since_t0(outcome.sent);
+        let Some(&first) = events.first() else {
+            return;
+        };
+        let ns = Duration::from_nanos;
+        if !self.stream {
+            // A whole response: its tokens are spread over its duration.
+            self.timeline.spread(sent_ns, sent_ns + first, output as f64);
+            return;
+        }
+        self.ttft.record(outcome.sent - due + ns(first));
+        if output > 1 {
+            let first_to_end = outcome.end.saturating_duration_since(outcome.sent + ns(first));
+            self.tpot.record(first_to_end / (output - 1) as u32);
+        }
+        for pair in events.windows(2) {
+            self.itl.record(ns(pair[1].saturating_sub(pair[0])));
+        }
+        let per_event = output as f64 / events.len() as f64;
+        for &at in events {
+            self.timeline.point(sent_ns + at, per_event);
+        }
+    }
+
+    /// Requests measured (completed or failed).
+    pub fn measured(&self) -> u64 {
+        self.completed + self.failed
+    }
+
+    /// How many requests were in flight at most, and the window (ns after `t0`) when at least
+    /// `target` were.
+    pub fn concurrency(&self, target: u64) -> (u64, Option<(u64, u64)>) {
+        concurrency(&self.intervals, target)
+    }
+
+    /// The window from the first send to the last send (ns after `t0`).
+    pub fn send_window(&self) -> Option<(u64, u64)> {
+        let first = self.intervals.iter().map(|i| i.0).min()?;
+        let last = self.intervals.iter().map(|i| i.0).max()?;
+        Some((first, last))
+    }
+
+    /// Requests in flight on average over `window` (ns after `t0`).
+    pub fn mean_in_flight(&self, window: (u64, u64)) -> Option<f64> {
+        let (from, to) = window;
+        let busy: u64 = self
+            .intervals
+            .iter()
+            .map(|&(start, end)| end.min(to).saturating_sub(start.max(from)))
+            .sum();
+        (to > from).then(|| busy as f64 / (to - from) as f64)
+    }
+
+    /// Output tokens per second in `window` (ns after `t0`).
+    pub fn throughput_in(&self, window: (u64, u64)) -> Option<f64> {
+        let (from, to) = window;
+        let seconds = to.saturating_sub(from) as f64 / 1e9;
+        (seconds >= 0.001).then(|| self.timeline.sum(from, to) / seconds)
+    }
+}
+
+/// Sweeps `[start, end]` intervals: the peak number open at once, and the window from the first
+/// moment `target` were open to the last moment one of `target` closed.
+fn concurrency(intervals: &[(u64, u64)], target: u64) -> (u64, Option<(u64, u64)>) {
+    let mut changes: Vec<(u64, i64)> = intervals
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // At equal times, ends come first: a slot handed straight on is not an overlap.
+    changes.sort_unstable();
+    let (mut open, mut peak) = (0i64, 0i64);
+    let (mut from, mut to) = (None, None);
+    for (at, change) in changes {
+        let before = open;
+        open += change;
+        peak = peak.max(open);
+        if open >= target as i64 && before < target as i64 && from.is_none() {
+            from = Some(at);
+        }
+        if before >= target as i64 && open < target as i64 && from.is_some() {
+            to = Some(at);
+        }
+    }
+    let window = from.zip(to).filter(|(from, to)| to > from);
+    (peak.max(0) as u64, window)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::client::Completed;
+    use super::super::sse::Usage;
+    use super::*;
+
+    #[test]
+    fn latency_stats_are_exact_in_the_mean_and_close_in_percentiles() {
+        let mut l = Latency::default();
+        for ms in 1..=100u64 {
+            l.record(Duration::from_millis(ms));
+        }
+        let s = l.stats().unwrap();
+        assert!((s.mean - 50.5).abs() < 1e-9);
+        assert!((s.median - 50.0).abs() < 0.1, "{s:?}");
+        assert!((s.p90 - 90.0).abs() < 0.1 && (s.p99 - 99.0).abs() < 0.1, "{s:?}");
+        assert!(Latency::default().stats().is_none());
+    }
+
+    #[test]
+    fn concurrency_window_excludes_ramp_up_and_drain() {
+        // Two slots: requests start at 0 and 5, then refill straight away.
+        let intervals = [(0, 10), (5, 20), (10, 30), (20, 25)];
+        assert_eq!(concurrency(&intervals, 2), (2, Some((5, 25))));
+        assert_eq!(concurrency(&intervals, 3), (2, None));
+        assert_eq!(concurrency(&[], 1), (0, None));
+        let mut c = Collector::new(Instant::now(), true);
+        c.intervals = intervals.to_vec();
+        assert_eq!(c.mean_in_flight((5, 25)), Some(2.0));
+        assert_eq!(c.mean_in_flight((0, 40)), Some(50.0 / 40.0));
+    }
+
+    #[test]
+    fn timeline_counts_points_and_spreads_with_partial_edges() {
+        let mut t = Timeline::default();
+        t.point(500_000, 1.0);
+        t.point(2_500_000, 3.0);
+        t.spread(0, 9_999_999, 10.0);
+        assert!((t.sum(0, 10_000_000) - 14.0).abs() < 1e-9);
+        // Half of bin 2 (1.5 of its point tokens + 0.5 spread) and all of bin 3 (1 spread).
+        assert!((t.sum(2_500_000, 4_000_000) - 3.0).abs() < 1e-9);
+    }
+
+    fn outcome(t0: Instant, sent_ms: u64, events_ms: &[u64], end_ms: u64, tokens: u64) -> Outcome {
+        let ms = |m: u64| Duration::from_millis(m);
+        Outcome {
+            sent: t0 + ms(sent_ms),
+            end: t0 + ms(end_ms),
+            events: events_ms.iter().map(|m| (m - sent_ms) * 1_000_000).collect(),
+            result: Ok(Completed {
+                usage: Some(Usage {
+                    prompt_tokens: Some(8),
+                    completion_tokens: Some(tokens),
+                }),
+                finish_reason: Some("length".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn latencies_count_from_when_the_request_was_due() {
+        let t0 = Instant::now();
+        let mut c = Collector::new(t0, true);
+        let asked = Asked {
+            due: t0,
+            max_tokens: 4,
+            input_tokens: Some(8),
+        };
+        // Sent 10 ms late (client queueing); tokens at 30, 40, 50, 60; done at 60.
+        c.add(asked, &outcome(t0, 10, &[30, 40, 50, 60], 60, 4));
+        let ttft = c.ttft.stats().unwrap();
+        assert!((ttft.mean - 30.0).abs() < 1e-6, "{ttft:?}");
+        assert!((c.queue.stats().unwrap().mean - 10.0).abs() < 1e-6);
+        assert!((c.itl.stats().unwrap().mean - 10.0).abs() < 1e-6);
+        assert!((c.tpot.stats().unwrap().mean - 10.0).abs() < 1e-6);
+        assert!((c.e2el.stats().unwrap().mean - 60.0).abs() < 1e-6);
+        assert_eq!((c.input_tokens, c.output_tokens, c.short), (8, 4, 0));
+        // A short reply is counted as such.
+        c.add(asked, &outcome(t0, 0, &[5], 5, 1));
+        assert_eq!((c.short, c.fewest_tokens), (1, Some(1)));
+        assert_eq!(c.throughput_in((0, 100_000_000)), Some(50.0));
+    }
+}

@@ -1,0 +1,358 @@
+//! `rigrun bench`: a native load generator for OpenAI-compatible servers that every host runs
+//! identically (run-sweep copies this binary to each host as `{{ rigrun }}`).
+//!
+//! Per concurrency level C it sends C unmeasured warm-up requests, then 5×C measured ones
+//! (catid's method), streams every response and times each token as it arrives. It prints one
+//! JSON line per level on stdout with `vllm bench serve`'s metric names, a table on stderr, and
+//! says in each line whether the level can be trusted (`valid`, `problems`). See docs/bench.md.
+//!
+//! Files: `workload` (what each request asks), `client` + `sse` (HTTP and the stream), `level`
+//! (dispatching warm-up and measured requests), `metrics` (histograms, windows), `validity`,
+//! `record` (the JSON line), `report` (stderr), `sys` (open files, CPU, memory), `rng`.
+
+mod client;
+mod level;
+mod metrics;
+mod record;
+mod report;
+mod rng;
+mod sse;
+mod sys;
+mod validity;
+mod workload;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Map, Value};
+
+pub use self::workload::Api;
+
+use self::client::{Client, ModelsError};
+use self::level::{LevelPlan, Shared, Stop};
+use self::record::{RunInfo, Summary};
+use self::report::LevelProgress;
+use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
+use crate::commands::Invalid;
+use crate::config::duration::Dur;
+
+/// Arguments of `rigrun bench`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Defaults follow catid's method: per level, C warm-up requests (not measured), then 5 × C measured \
+requests with C in flight, each prompt --input-len copies of --token-id, max_tokens --output-len \
+with ignore_eos, streamed. Latencies count from when each request was due, so time queued in the \
+client is included.
+
+Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
+honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU.
+
+Exit codes: 0 every level valid; 1 a level invalid or with failed requests (its line is still \
+printed); 2 bad arguments or an unreachable server.")]
+pub struct BenchArgs {
+    /// The server's base URL (with or without a trailing /v1).
+    #[arg(long, default_value = "http://127.0.0.1:30000")]
+    pub url: String,
+    /// The model to ask for (default: the first one GET /v1/models lists).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Concurrency levels: requests in flight, one level or a comma list (1,4,16,32).
+    #[arg(long, value_name = "C,...", value_delimiter = ',', default_value = "1",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub concurrency: Vec<u32>,
+    /// Prompt tokens per request (catid and random workloads).
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub input_len: u32,
+    /// Output tokens asked per request (max_tokens, with ignore_eos).
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub output_len: u32,
+    /// Measured requests per level (default: 5 × C).
+    #[arg(long, value_name = "N", conflicts_with = "duration",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub num_requests: Option<u64>,
+    /// Measure each level for this long instead of a number of requests (e.g. 60s, 5m);
+    /// requests still running at the end are waited for and counted.
+    #[arg(long, value_name = "TIME", value_parser = positive_duration)]
+    pub duration: Option<Duration>,
+    /// Unmeasured warm-up requests per level before measuring (default: C).
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
+    /// Poisson arrivals at this many requests per second, at most C in flight (default: a closed
+    /// loop that keeps C in flight).
+    #[arg(long, value_name = "R", value_parser = positive_rate)]
+    pub request_rate: Option<f64>,
+    /// Prompts: catid (one repeated token id), random (random token ids), or a JSONL file with
+    /// one {"prompt": ...} or {"messages": [...]} per line (optional "max_tokens").
+    #[arg(long, value_name = "catid|random|FILE", default_value = "catid")]
+    pub workload: String,
+    /// The token id catid's prompt repeats.
+    #[arg(long, value_name = "ID", default_value_t = DEFAULT_TOKEN_ID)]
+    pub token_id: u32,
+    /// Give each request a distinct leading token, so prefix caches cannot serve its prompt.
+    #[arg(long)]
+    pub unique_prefix: bool,
+    /// The endpoint: completions (/v1/completions, token-id prompts) or chat
+    /// (/v1/chat/completions, text).
+    #[arg(long, value_enum, default_value = "completions")]
+    pub api: Api,
+    /// Ask for whole responses instead of streams (no TTFT, TPOT or ITL then).
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Also write each level's JSON to DIR/bench_c{C}_in{I}_out{O}.json.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// Give up on a response when no bytes arrive for this long (not a limit on the whole
+    /// request, so long generations are never cut off).
+    #[arg(long, value_name = "TIME", default_value = "20m", value_parser = positive_duration)]
+    pub read_timeout: Duration,
+    /// Seed of random prompts and arrival times (default: a new one per run, printed in the
+    /// results, so a rerun cannot hit the previous run's prefix cache).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    let Dur(d) = Dur::parse(text)?;
+    if d.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(d)
+}
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "`{text}` is not a positive number of requests per second"
+        )),
+    }
+}
+
+/// Runs `rigrun bench`; the exit code says whether every level is valid.
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    check_args(&args)?;
+    let source = Source::parse(&args.workload).map_err(Invalid)?;
+    if let Some(dir) = &args.out_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Invalid(format!("cannot create --out-dir {}: {e}", dir.display())))?;
+    }
+    warn_about_open_files(&args);
+    let stream = !args.no_stream;
+    let client = Client::new(&args.url, args.api, stream, args.read_timeout)?;
+    let model = pick_model(&client, &args).await?;
+    let seed = args.seed.unwrap_or_else(random_u64);
+    let workload = Workload::new(WorkloadSpec {
+        source,
+        api: args.api,
+        model: model.clone(),
+        input_len: args.input_len,
+        output_len: args.output_len,
+        token_id: args.token_id,
+        unique_prefix: args.unique_prefix,
+        stream,
+        seed,
+        nonce: random_u64(),
+    })
+    .map_err(Invalid)?;
+    let info = run_info(&args, &workload, model, seed);
+    let shared = Shared::new(client, workload, stream);
+    run_levels(&shared, &args, &info).await
+}
+
+/// Runs every level in turn, printing each one's line and row as it ends.
+async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<ExitCode> {
+    eprintln!("{}", intro(&shared.client, info));
+    eprintln!("{}", report::header());
+    let mut all_valid = true;
+    for (n, &concurrency) in args.concurrency.iter().enumerate() {
+        let summary = run_level(shared, args, info, concurrency, info.seed ^ n as u64).await;
+        emit(&summary.record(info), args.out_dir.as_deref(), info, concurrency)?;
+        for line in report::row(&summary) {
+            eprintln!("{line}");
+        }
+        all_valid &= summary.valid();
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::commands::FAILED)
+    })
+}
+
+/// Checks what clap cannot: the URL's shape.
+fn check_args(args: &BenchArgs) -> Result<(), Invalid> {
+    let url = client::base_url(&args.url);
+    match reqwest::Url::parse(&url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+        Ok(_) => Err(Invalid(format!(
+            "--url {}: must be an http:// or https:// URL with a host",
+            args.url
+        ))),
+        Err(e) => Err(Invalid(format!("--url {}: not a URL ({e})", args.url))),
+    }
+}
+
+/// Warns when the open-file limit cannot hold the largest level's sockets.
+fn warn_about_open_files(args: &BenchArgs) {
+    let limit = sys::raise_open_file_limit();
+    let largest = args.concurrency.iter().copied().max().unwrap_or(1);
+    let needed = u64::from(largest) + 64;
+    if limit < needed {
+        eprintln!(
+            "rigrun bench: warning: the open-file limit is {limit}, fewer than the {needed} that \
+             C={largest} needs; raise the hard limit (ulimit -Hn) or expect connection errors"
+        );
+    }
+}
+
+/// The model to ask for: `--model`, else the first one the server lists. An unreachable
+/// server is invalid input (exit 2): nothing could be measured.
+async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid> {
+    let models = match (client.models().await, &args.model) {
+        (Ok(models), _) => models,
+        (Err(ModelsError::Unreachable(why)), _) => return Err(Invalid(why)),
+        (Err(ModelsError::Answer(why)), None) => {
+            return Err(Invalid(format!("{why}; give the model with --model")))
+        }
+        (Err(ModelsError::Answer(why)), Some(model)) => {
+            eprintln!("rigrun bench: warning: {why}; using --model {model} anyway");
+            return Ok(model.clone());
+        }
+    };
+    check_fits(args, models.max_model_len)?;
+    let listed = &models.ids;
+    match (&args.model, listed.first()) {
+        (Some(model), _) => {
+            if !listed.is_empty() && !listed.contains(model) {
+                eprintln!(
+                    "rigrun bench: warning: the server lists {}, not {model}",
+                    listed.join(", ")
+                );
+            }
+            Ok(model.clone())
+        }
+        (None, Some(first)) => Ok(first.clone()),
+        (None, None) => Err(Invalid(format!(
+            "{}/v1/models lists no model; is one loaded? (or give --model)",
+            client.base()
+        ))),
+    }
+}
+
+/// Refuses lengths the server's context window cannot hold (every request would fail).
+fn check_fits(args: &BenchArgs, max_model_len: Option<u64>) -> Result<(), Invalid> {
+    let token_prompts = args.api == Api::Completions && matches!(args.workload.as_str(), "catid" | "random");
+    let total = u64::from(args.input_len) + u64::from(args.output_len);
+    match max_model_len {
+        Some(max) if token_prompts && total > max => Err(Invalid(format!(
+            "--input-len {} + --output-len {} = {total} tokens, more than the server's \
+             max_model_len {max}",
+            args.input_len, args.output_len
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or(0x5EED)
+}
+
+fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> RunInfo {
+    let spec = workload.spec();
+    RunInfo {
+        model,
+        api: match args.api {
+            Api::Completions => "completions",
+            Api::Chat => "chat",
+        },
+        stream: spec.stream,
+        workload: workload.name(),
+        workload_note: workload.note(),
+        unique_prefix: spec.unique_prefix,
+        token_id: matches!(spec.source, Source::Catid).then_some(spec.token_id),
+        seed,
+        input_len: args.input_len,
+        output_len: args.output_len,
+        uniform_output: !matches!(spec.source, Source::File { .. }),
+    }
+}
+
+/// The run's opening lines on stderr.
+fn intro(client: &Client, info: &RunInfo) -> String {
+    let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
+    format!(
+        "rigrun bench: {}, model {}, {} API, {}, workload {}, {} input / {} output tokens{note}",
+        client.base(),
+        info.model,
+        info.api,
+        if info.stream { "streaming" } else { "not streaming" },
+        info.workload,
+        info.input_len,
+        info.output_len
+    )
+}
+
+/// Runs one level and summarises it.
+async fn run_level(
+    shared: &Arc<Shared>,
+    args: &BenchArgs,
+    info: &RunInfo,
+    concurrency: u32,
+    seed: u64,
+) -> Summary {
+    let c = u64::from(concurrency);
+    let stop = match args.duration {
+        Some(limit) => Stop::For(limit),
+        None => Stop::After(args.num_requests.unwrap_or(5 * c)),
+    };
+    let plan = LevelPlan {
+        concurrency,
+        warmup: args.warmup.unwrap_or(c),
+        stop,
+        rate: args.request_rate,
+        seed,
+    };
+    let measured = match stop {
+        Stop::After(n) => Some(n),
+        Stop::For(_) => None,
+    };
+    let mut progress = LevelProgress::new(concurrency, plan.warmup, measured);
+    let result = level::run(shared, &plan, &mut progress).await;
+    if let Some(first) = &result.warmup_first_error {
+        eprintln!(
+            "C={concurrency}: {} of {} warm-up requests failed (first: {first})",
+            result.warmup_failed, plan.warmup
+        );
+    }
+    Summary::new(&plan, &result, info)
+}
+
+/// Prints the level's JSON line on stdout and, with `--out-dir`, writes it to a file.
+fn emit(
+    record: &Map<String, Value>,
+    out_dir: Option<&Path>,
+    info: &RunInfo,
+    concurrency: u32,
+) -> anyhow::Result<()> {
+    let line = serde_json::to_string(record)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .context("cannot write the results to stdout")?;
+    if let Some(dir) = out_dir {
+        let name = format!(
+            "bench_c{concurrency}_in{}_out{}.json",
+            info.input_len, info.output_len
+        );
+        let path = dir.join(name);
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, format!("{line}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

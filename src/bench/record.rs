@@ -1,0 +1,245 @@
+//! A level's result record: one JSON object with the metric names of `vllm bench serve
+//! --save-result` (so run-sweep and the reports treat it like vLLM's and SGLang's own results),
+//! plus what only this client measures, and `valid` with its `problems`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::level::{LevelPlan, LevelResult, Stop};
+use super::metrics::Stats;
+use super::sys;
+use super::validity::{self, Evidence};
+
+/// The name in `backend`, so results say which client measured them.
+pub const BACKEND: &str = "rigrun-bench";
+
+/// What every level of a run shares.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub model: String,
+    pub api: &'static str,
+    pub stream: bool,
+    pub workload: String,
+    pub workload_note: Option<&'static str>,
+    pub unique_prefix: bool,
+    /// catid's token id (None for other workloads).
+    pub token_id: Option<u32>,
+    pub seed: u64,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// Whether every request asks for `output_len` tokens (a prompts file may say otherwise).
+    pub uniform_output: bool,
+}
+
+/// The numbers of one level, for the record and the stderr table.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub concurrency: u64,
+    pub rate: Option<f64>,
+    pub num_prompts: Option<u64>,
+    pub warmup: u64,
+    pub warmup_failed: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub first_errors: BTreeMap<String, String>,
+    pub duration: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub peak: u64,
+    /// Requests in flight on average over the steady-state window.
+    pub mean_in_flight: Option<f64>,
+    /// Output tokens per second while all C streams ran, and for how long that was.
+    pub steady: Option<(f64, f64)>,
+    pub ttft: Option<Stats>,
+    pub tpot: Option<Stats>,
+    pub itl: Option<Stats>,
+    pub e2el: Option<Stats>,
+    pub queue: Option<Stats>,
+    pub cpu_percent: f64,
+    pub cores: usize,
+    pub max_rss_mb: f64,
+    pub problems: Vec<String>,
+}
+
+impl Summary {
+    /// Summarises a level and runs the validity checks.
+    pub fn new(plan: &LevelPlan, result: &LevelResult, info: &RunInfo) -> Summary {
+        let c = &result.collector;
+        let concurrency = u64::from(plan.concurrency);
+        let (peak, full_window) = c.concurrency(concurrency);
+        let window = match plan.rate {
+            None => full_window,
+            Some(_) => c.send_window(),
+        };
+        let steady = window.and_then(|w| {
+            let seconds = (w.1 - w.0) as f64 / 1e9;
+            c.throughput_in(w).map(|tps| (tps, seconds))
+        });
+        let mean_in_flight = window.and_then(|w| c.mean_in_flight(w));
+        let cores_used = result.cpu.as_secs_f64() / result.cpu_wall.as_secs_f64().max(1e-9);
+        let cores = sys::cores();
+        let evidence = Evidence {
+            concurrency,
+            closed_loop: plan.rate.is_none(),
+            peak,
+            mean_in_flight,
+            mean_queue_ms: c.queue.stats().map(|s| s.mean),
+            completed: c.completed,
+            failed: c.failed,
+            errors: Some(&c.errors),
+            short: c.short,
+            fewest_tokens: c.fewest_tokens,
+            output_len: info.uniform_output.then_some(info.output_len),
+            counted_without_usage: c.counted_without_usage,
+            cores_used,
+            cores,
+        };
+        Summary {
+            concurrency,
+            rate: plan.rate,
+            num_prompts: match plan.stop {
+                Stop::After(n) => Some(n),
+                Stop::For(_) => None,
+            },
+            warmup: plan.warmup,
+            warmup_failed: result.warmup_failed,
+            completed: c.completed,
+            failed: c.failed,
+            errors: c.errors.clone(),
+            first_errors: c.first_errors.clone(),
+            duration: result.duration.as_secs_f64(),
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            peak,
+            mean_in_flight,
+            steady,
+            ttft: c.ttft.stats(),
+            tpot: c.tpot.stats(),
+            itl: c.itl.stats(),
+            e2el: c.e2el.stats(),
+            queue: c.queue.stats(),
+            cpu_percent: cores_used * 100.0,
+            cores,
+            max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
+            problems: validity::problems(&evidence),
+        }
+    }
+
+    pub fn valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// Per second of the measured duration (0 for an empty level).
+    fn per_second(&self, count: u64) -> f64 {
+        if self.duration > 0.0 {
+            count as f64 / self.duration
+        } else {
+            0.0
+        }
+    }
+
+    pub fn output_throughput(&self) -> f64 {
+        self.per_second(self.output_tokens)
+    }
+
+    pub fn request_throughput(&self) -> f64 {
+        self.per_second(self.completed)
+    }
+
+    /// The JSON record, keys in a fixed order.
+    pub fn record(&self, info: &RunInfo) -> Map<String, Value> {
+        let mut m = Map::new();
+        self.context(info, &mut m);
+        self.counts(&mut m);
+        for (name, stats) in [
+            ("ttft", self.ttft),
+            ("tpot", self.tpot),
+            ("itl", self.itl),
+            ("e2el", self.e2el),
+            ("queue", self.queue),
+        ] {
+            latency(&mut m, name, stats);
+        }
+        m.insert("client_cpu_percent".into(), round(self.cpu_percent, 1));
+        m.insert("client_cores".into(), self.cores.into());
+        m.insert("client_max_rss_mb".into(), round(self.max_rss_mb, 1));
+        m.insert("valid".into(), self.valid().into());
+        m.insert("problems".into(), json!(self.problems));
+        m.insert(
+            "date".into(),
+            chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string().into(),
+        );
+        m
+    }
+
+    /// What was asked: client, model, workload, lengths, load shape.
+    fn context(&self, info: &RunInfo, m: &mut Map<String, Value>) {
+        m.insert("backend".into(), BACKEND.into());
+        m.insert("rigrun_version".into(), env!("CARGO_PKG_VERSION").into());
+        m.insert("model".into(), info.model.clone().into());
+        m.insert("api".into(), info.api.into());
+        m.insert("stream".into(), info.stream.into());
+        m.insert("workload".into(), info.workload.clone().into());
+        if let Some(note) = info.workload_note {
+            m.insert("workload_note".into(), note.into());
+        }
+        m.insert("unique_prefix".into(), info.unique_prefix.into());
+        if let Some(id) = info.token_id {
+            m.insert("token_id".into(), id.into());
+        }
+        m.insert("seed".into(), info.seed.into());
+        m.insert("input_len".into(), info.input_len.into());
+        m.insert("output_len".into(), info.output_len.into());
+        m.insert("max_concurrency".into(), self.concurrency.into());
+        m.insert("request_rate".into(), json!(self.rate));
+        m.insert("num_prompts".into(), json!(self.num_prompts));
+        m.insert("warmup".into(), self.warmup.into());
+    }
+
+    /// Counts and throughputs.
+    fn counts(&self, m: &mut Map<String, Value>) {
+        m.insert("completed".into(), self.completed.into());
+        m.insert("failed".into(), self.failed.into());
+        m.insert("errors".into(), json!(self.errors));
+        m.insert("warmup_failed".into(), self.warmup_failed.into());
+        m.insert("duration".into(), round(self.duration, 4));
+        m.insert("total_input_tokens".into(), self.input_tokens.into());
+        m.insert("total_output_tokens".into(), self.output_tokens.into());
+        m.insert("request_throughput".into(), round(self.request_throughput(), 4));
+        m.insert("output_throughput".into(), round(self.output_throughput(), 4));
+        m.insert(
+            "total_token_throughput".into(),
+            round(self.per_second(self.input_tokens + self.output_tokens), 4),
+        );
+        m.insert("peak_concurrency".into(), self.peak.into());
+        m.insert(
+            "mean_concurrency".into(),
+            self.mean_in_flight.map_or(Value::Null, |n| round(n, 2)),
+        );
+        m.insert(
+            "steady_state_output_throughput".into(),
+            self.steady.map_or(Value::Null, |(tps, _)| round(tps, 4)),
+        );
+        m.insert(
+            "steady_state_duration".into(),
+            self.steady.map_or(Value::Null, |(_, s)| round(s, 4)),
+        );
+    }
+}
+
+/// `mean_X_ms`, `median_X_ms`, `p90_X_ms`, `p99_X_ms` (null when not measured).
+fn latency(m: &mut Map<String, Value>, name: &str, stats: Option<Stats>) {
+    let value = |f: fn(&Stats) -> f64| stats.as_ref().map_or(Value::Null, |s| round(f(s), 4));
+    m.insert(format!("mean_{name}_ms"), value(|s| s.mean));
+    m.insert(format!("median_{name}_ms"), value(|s| s.median));
+    m.insert(format!("p90_{name}_ms"), value(|s| s.p90));
+    m.insert(format!("p99_{name}_ms"), value(|s| s.p99));
+}
+
+/// A number rounded to `digits` decimals, or null when not finite.
+fn round(x: f64, digits: i32) -> Value {
+    let scale = 10f64.powi(digits);
+    serde_json::Number::from_f64((x * scale).round() / scale).map_or(Value::Null, Value::Number)
+}

@@ -1,0 +1,159 @@
+//! What a person sees on stderr: a progress bar on a terminal (a plain line every 10 s
+//! otherwise), and a table with one row per level, each invalid level's problems below its row.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::metrics::Stats;
+use super::record::Summary;
+
+/// How often a plain progress line is printed when stderr is not a terminal.
+const PLAIN_EVERY: Duration = Duration::from_secs(10);
+
+/// Progress of one level.
+pub struct LevelProgress {
+    label: String,
+    bar: Option<ProgressBar>,
+    warmup: u64,
+    measured: Option<u64>,
+    warmed: u64,
+    started: Instant,
+    last_line: Instant,
+}
+
+impl LevelProgress {
+    /// Progress of level `concurrency`: `warmup` unmeasured requests, then `measured` (None for
+    /// a level that runs for a duration).
+    pub fn new(concurrency: u32, warmup: u64, measured: Option<u64>) -> Self {
+        let label = format!("C={concurrency}");
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar =
+                ProgressBar::with_draw_target(measured.map(|n| n + warmup), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_prefix(label.clone());
+            bar.set_message("warming up");
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        let now = Instant::now();
+        LevelProgress {
+            label,
+            bar,
+            warmup,
+            measured,
+            warmed: 0,
+            started: now,
+            last_line: now,
+        }
+    }
+
+    /// One warm-up request ended.
+    pub fn warmed(&mut self) {
+        self.warmed += 1;
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        self.plain(|p| format!("warming up, {}/{} done", p.warmed, p.warmup));
+    }
+
+    /// The measured phase begins.
+    pub fn measuring(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message("measuring");
+        }
+    }
+
+    /// `done` measured requests ended so far, `failed` of them failed.
+    pub fn measured(&mut self, done: u64, failed: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.warmup + done);
+            if failed > 0 {
+                bar.set_message(format!("measuring, {failed} failed"));
+            }
+        }
+        self.plain(|p| {
+            let of = p.measured.map_or(String::new(), |n| format!("/{n}"));
+            let failed = if failed > 0 {
+                format!(" ({failed} failed)")
+            } else {
+                String::new()
+            };
+            format!("{done}{of} measured requests done{failed}")
+        });
+    }
+
+    /// Removes the bar.
+    pub fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// Prints a plain line (no terminal) at most every 10 s.
+    fn plain(&mut self, text: impl FnOnce(&Self) -> String) {
+        if self.bar.is_some() || self.last_line.elapsed() < PLAIN_EVERY {
+            return;
+        }
+        self.last_line = Instant::now();
+        eprintln!(
+            "{}: {}, {:.0} s",
+            self.label,
+            text(self),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The table's column titles.
+pub fn header() -> String {
+    format!(
+        "{:>6} {:>6} {:>5} {:>11} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
+        "C",
+        "done",
+        "fail",
+        "out tok/s",
+        "steady tok/s",
+        "req/s",
+        "TTFT p50",
+        "p99 ms",
+        "ITL p50",
+        "p99 ms",
+        "peak",
+        "valid"
+    )
+}
+
+/// One level's row, then its problems and example errors, one per line.
+pub fn row(s: &Summary) -> Vec<String> {
+    let ms = |stats: Option<Stats>, f: fn(&Stats) -> f64| {
+        stats.map_or("-".to_string(), |s| format!("{:.1}", f(&s)))
+    };
+    let steady = s.steady.map_or("-".to_string(), |(tps, _)| format!("{tps:.1}"));
+    let mut lines = vec![format!(
+        "{:>6} {:>6} {:>5} {:>11.1} {:>12} {:>8.2} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
+        s.concurrency,
+        s.completed,
+        s.failed,
+        s.output_throughput(),
+        steady,
+        s.request_throughput(),
+        ms(s.ttft, |s| s.median),
+        ms(s.ttft, |s| s.p99),
+        ms(s.itl, |s| s.median),
+        ms(s.itl, |s| s.p99),
+        s.peak,
+        if s.valid() { "yes" } else { "NO" }
+    )];
+    lines.extend(s.problems.iter().map(|p| format!("{:>6} ! {p}", "")));
+    lines.extend(
+        s.first_errors
+            .iter()
+            .map(|(kind, detail)| format!("{:>6}   {kind}, e.g.: {detail}", "")),
+    );
+    lines
+}

@@ -1,0 +1,81 @@
+//! What the client asks of the operating system: enough open files for C sockets, and its own
+//! CPU time and memory, so that each level can say whether the client kept up.
+
+use std::time::Duration;
+
+/// Lifts the soft open-file limit to the hard one (each stream holds a socket; many hosts
+/// default to 1024, fewer than C=1024 streams plus the runtime need). Returns the new limit.
+pub fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
+/// This process's resource use so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// User plus system CPU time of all threads.
+    pub cpu: Duration,
+    /// Peak resident memory in bytes.
+    pub max_rss_bytes: u64,
+}
+
+/// Reads `getrusage(RUSAGE_SELF)`; zeros when the call fails.
+pub fn usage() -> Usage {
+    // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
+    let mut raw: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut raw) } != 0 {
+        return Usage::default();
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Usage {
+        cpu: time(raw.ru_utime) + time(raw.ru_stime),
+        // Linux reports kilobytes.
+        max_rss_bytes: (raw.ru_maxrss.max(0) as u64) * 1024,
+    }
+}
+
+/// CPU cores this process may use (affinity and cgroup quota respected).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_usage_and_limits() {
+        assert!(raise_open_file_limit() > 0);
+        let before = usage();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(x);
+        let after = usage();
+        assert!(after.cpu >= before.cpu);
+        assert!(after.max_rss_bytes > 0);
+        assert!(cores() >= 1);
+    }
+}

@@ -1,0 +1,254 @@
+//! `rigrun bench` against a server that misbehaves on purpose: completions that end early
+//! (ignore_eos not honoured), HTTP 500s, streams that die mid-way or carry an error. Each run
+//! must finish, print its JSON line with `valid: false` and the reason, count failures by kind,
+//! and exit 1. Bad flags and an unreachable server: one clear line, exit 2.
+
+mod bench_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bench_support::*;
+use futures_util::StreamExt as _;
+use serde_json::{json, Value};
+
+/// Serves `/{mode}/v1/models` and `/{mode}/v1/completions` on a free port, in its own thread.
+fn fault_server() -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let app = Router::new()
+                .route("/{mode}/v1/models", get(models))
+                .route("/{mode}/v1/completions", post(completions))
+                .with_state(Arc::new(AtomicU64::new(0)));
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+async fn models() -> Json<Value> {
+    Json(json!({"object": "list", "data": [{"id": "fault/model", "max_model_len": 100000}]}))
+}
+
+fn chunk(text: &str, finish: Option<&str>) -> String {
+    let event = json!({"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]});
+    format!("data: {event}\n\n")
+}
+
+fn usage(prompt: u64, completion: u64) -> String {
+    let event = json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}});
+    format!("data: {event}\n\n")
+}
+
+/// A stream of `tokens` tokens ending with `finish`, the usage chunk and `[DONE]`.
+fn good_stream(prompt: u64, tokens: u64, finish: &str) -> Vec<String> {
+    let mut events: Vec<String> = (1..tokens).map(|_| chunk(" tok", None)).collect();
+    events.push(chunk(" end", Some(finish)));
+    events.push(usage(prompt, tokens));
+    events.push("data: [DONE]\n\n".into());
+    events
+}
+
+/// Sends `events` one every 3 ms, as a server generating tokens does; an `Err` cuts the
+/// connection there.
+fn sse(events: Vec<Result<String, std::io::Error>>) -> Response {
+    let stream = futures_util::stream::iter(events).then(|event| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        event.map(Bytes::from)
+    });
+    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+}
+
+async fn completions(
+    Path(mode): Path<String>,
+    State(count): State<Arc<AtomicU64>>,
+    Json(body): Json<Value>,
+) -> Response {
+    let n = count.fetch_add(1, Ordering::SeqCst);
+    let max = body["max_tokens"].as_u64().unwrap_or(16);
+    let prompt = body["prompt"].as_array().map_or(0, |p| p.len() as u64);
+    let ok = |events: Vec<String>| sse(events.into_iter().map(Ok).collect());
+    match mode.as_str() {
+        "good" => ok(good_stream(prompt, max, "length")),
+        // Ends at a "natural" EOS halfway, as a server that ignores ignore_eos does.
+        "short" => ok(good_stream(prompt, max / 2, "stop")),
+        "errors" if n % 2 == 1 => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": {"message": "out of memory", "code": 500}})),
+        )
+            .into_response(),
+        "errors" => ok(good_stream(prompt, max, "length")),
+        // Two tokens, then the connection is cut without ending the chunked body.
+        "die" => sse(vec![
+            Ok(chunk(" a", None)),
+            Ok(chunk(" b", None)),
+            Err(std::io::Error::other("the server died")),
+        ]),
+        // No usage chunk and no `[DONE]`; the last event, with the finish reason, lacks its
+        // closing newlines.
+        "bare" => {
+            let mut events: Vec<String> = good_stream(prompt, max, "length");
+            events.truncate(events.len() - 2);
+            if let Some(last) = events.last_mut() {
+                *last = last.trim_end().to_string();
+            }
+            ok(events)
+        }
+        "error-event" => ok(vec![
+            chunk(" a", None),
+            format!("data: {}\n\n", json!({"error": {"message": "engine crashed"}})),
+        ]),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+const SMALL: [&str; 6] = ["--concurrency", "2", "--input-len", "8", "--output-len", "10"];
+
+fn bench_mode(mode: &str) -> BenchRun {
+    let url = format!("{}/{mode}", fault_server());
+    bench(&url, &SMALL)
+}
+
+#[test]
+fn a_well_behaved_server_gives_a_valid_level() {
+    let run = bench_mode("good");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.records[0]["valid"], true);
+    assert_eq!(run.records[0]["total_output_tokens"], 100);
+}
+
+#[test]
+fn without_usage_tokens_are_counted_as_events() {
+    let run = bench_mode("bare");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = &run.records[0];
+    assert_eq!(r["total_output_tokens"], 100);
+    assert_eq!(
+        r["total_input_tokens"], 80,
+        "prompt ids are counted when usage is missing"
+    );
+    assert_eq!(r["valid"], true);
+}
+
+#[test]
+fn completions_that_end_early_make_the_level_invalid() {
+    let run = bench_mode("short");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = &run.records[0];
+    assert_eq!(r["valid"], false);
+    assert_eq!(
+        (r["completed"].as_u64(), r["failed"].as_u64()),
+        (Some(10), Some(0))
+    );
+    let problems = r["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let problem = problems[0].as_str().unwrap();
+    assert!(
+        problem.starts_with(
+            "10 of 10 completed requests returned fewer output tokens than asked (fewest 5, asked 10)"
+        ) && problem.contains("did not honour ignore_eos"),
+        "{problem}"
+    );
+    assert!(run.stderr.contains("did not honour ignore_eos"), "{}", run.stderr);
+}
+
+#[test]
+fn http_errors_are_counted_by_kind_and_the_run_finishes() {
+    let run = bench_mode("errors");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = &run.records[0];
+    assert_eq!(num(r, "completed") + num(r, "failed"), 10.0);
+    assert!(num(r, "failed") >= 4.0, "{r}");
+    assert_eq!(r["errors"]["http_500"], r["failed"]);
+    assert_eq!(
+        r["total_output_tokens"].as_f64(),
+        Some(num(r, "completed") * 10.0)
+    );
+    let problems = r["problems"].to_string();
+    assert!(problems.contains("requests failed (http_500: "), "{problems}");
+    assert!(
+        run.stderr.contains("out of memory"),
+        "an example error is shown: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn streams_that_die_midway_are_counted_and_the_run_finishes() {
+    let run = bench_mode("die");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = &run.records[0];
+    assert_eq!(r["completed"], 0);
+    assert_eq!(r["failed"], 10);
+    assert_eq!(r["errors"], json!({"stream_cut": 10}));
+    assert_eq!(r["warmup_failed"], 2);
+    assert_eq!(r["problems"][0], "no request completed, so nothing was measured");
+    assert!(run.stderr.contains("after 2 token events"), "{}", run.stderr);
+}
+
+#[test]
+fn an_error_inside_the_stream_is_a_server_error() {
+    let run = bench_mode("error-event");
+    assert_eq!(run.code, 1);
+    assert_eq!(run.records[0]["errors"], json!({"server_error": 10}));
+    assert!(run.stderr.contains("engine crashed"), "{}", run.stderr);
+}
+
+#[test]
+fn bad_flags_get_one_clear_error_and_exit_2() {
+    for (args, says) in [
+        (&["--concurrency", "0"][..], "--concurrency"),
+        (&["--concurrency", "4,x"], "--concurrency"),
+        (&["--input-len", "0"], "--input-len"),
+        (&["--duration", "5x"], "--duration"),
+        (&["--request-rate", "0"], "--request-rate"),
+        (&["--num-requests", "5", "--duration", "1s"], "--duration"),
+        (&["--api", "grpc"], "--api"),
+        (
+            &["--workload", "/nonexistent/prompts.jsonl"],
+            "/nonexistent/prompts.jsonl",
+        ),
+        (&["--url", "ftp://host"], "--url"),
+        (&["--url", "not a url"], "--url"),
+    ] {
+        let run = run(&[&["bench"][..], args].concat());
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?}");
+        let first = run.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error:") && first.contains(says),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+}
+
+#[test]
+fn an_unreachable_server_gets_one_line_and_exit_2() {
+    // Port 1 on loopback: nothing listens there, the connection is refused at once.
+    let run = bench("http://127.0.0.1:1", &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.is_empty());
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("error: cannot reach http://127.0.0.1:1/v1/models: connection failed")
+            && run.stderr.contains("Connection refused"),
+        "{}",
+        run.stderr
+    );
+}

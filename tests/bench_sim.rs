@@ -1,0 +1,255 @@
+//! `rigrun bench` against the real `rigrun sim`: accuracy against the server's known schedule,
+//! exact token counts, the concurrency reached, workloads and APIs, open-loop queueing.
+
+mod bench_support;
+
+use bench_support::*;
+
+/// A server whose every step takes exactly 100 ms whatever the batch, and whose prefill computes
+/// 40 tokens per second: a 16-token prompt's first token comes 16/40 s + 100 ms = 500 ms after
+/// the request arrives, then one token every 100 ms. (The sim itself takes a few ms to answer a
+/// request, which this scale keeps well inside the 2%.)
+const EXACT_PROFILE: &str = "\
+model: test/exact
+description: exact timings for accuracy tests
+max_model_len: 4096
+max_running_requests: 64
+kv_capacity_tokens: 262144
+prefill: {tokens_per_second: 40, chunk_tokens: 4096}
+decode:
+  batch_ms: [[1, 100.0]]
+  attention_ms: [[0, 0.0]]
+prefix_cache: {enabled: false}
+natural_length: {min: 8, max: 256}
+";
+const TRUE_TTFT_MS: f64 = 16.0 / 40.0 * 1000.0 + 100.0;
+const TRUE_ITL_MS: f64 = 100.0;
+
+fn within(measured: f64, truth: f64, tolerance: f64) -> bool {
+    (measured - truth).abs() <= truth * tolerance
+}
+
+#[test]
+fn ttft_and_itl_are_within_2_percent_of_the_servers_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("exact.yaml");
+    std::fs::write(&profile, EXACT_PROFILE).unwrap();
+    let sim = Sim::start(profile.to_str().unwrap());
+    // C=1: every request meets an idle server, so its schedule is exactly the profile's.
+    let run = bench(
+        &sim.url,
+        &["--concurrency", "1", "--input-len", "16", "--output-len", "5"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = &run.records[0];
+    eprintln!(
+        "measured TTFT median {} ms (truth {TRUE_TTFT_MS}), ITL median {} mean {} ms (truth {TRUE_ITL_MS})",
+        r["median_ttft_ms"], r["median_itl_ms"], r["mean_itl_ms"]
+    );
+    for (key, truth) in [
+        ("median_ttft_ms", TRUE_TTFT_MS),
+        ("median_itl_ms", TRUE_ITL_MS),
+        ("mean_itl_ms", TRUE_ITL_MS),
+        ("median_tpot_ms", TRUE_ITL_MS),
+    ] {
+        assert!(
+            within(num(r, key), truth, 0.02),
+            "{key} = {} is not within 2% of {truth}: {r}",
+            num(r, key)
+        );
+    }
+    // Token counts are exact: the server's usage, never an estimate.
+    assert_eq!(r["completed"], 5);
+    assert_eq!(r["total_input_tokens"], 5 * 16);
+    assert_eq!(r["total_output_tokens"], 5 * 5);
+    assert_eq!(r["valid"], true);
+    assert_eq!(r["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn counts_tokens_exactly_and_reaches_the_asked_concurrency() {
+    let sim = Sim::start("tiny");
+    let out = tempfile::tempdir().unwrap();
+    let run = bench(
+        &sim.url,
+        &[
+            "--concurrency",
+            "4,16",
+            "--input-len",
+            "64",
+            "--output-len",
+            "16",
+            "--out-dir",
+            out.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.records.len(), 2);
+    for (r, c) in run.records.iter().zip([4u64, 16]) {
+        assert_eq!(r["backend"], "rigrun-bench");
+        assert_eq!(r["model"], "rigrun/tiny");
+        assert_eq!(r["max_concurrency"], c);
+        assert_eq!(r["peak_concurrency"], c, "{r}");
+        assert_eq!(r["completed"], 5 * c);
+        assert_eq!(r["failed"], 0);
+        assert_eq!(r["total_input_tokens"], 5 * c * 64);
+        assert_eq!(r["total_output_tokens"], 5 * c * 16);
+        assert_eq!(r["valid"], true, "{r}");
+        assert!(r["workload_note"].as_str().unwrap().contains("decode-throughput"));
+        let (steady, overall) = (
+            num(r, "steady_state_output_throughput"),
+            num(r, "output_throughput"),
+        );
+        assert!(steady > 0.5 * overall && steady < 2.0 * overall, "{r}");
+        for key in [
+            "p90_ttft_ms",
+            "p99_itl_ms",
+            "mean_tpot_ms",
+            "median_e2el_ms",
+            "client_cpu_percent",
+        ] {
+            assert!(num(r, key) >= 0.0, "{key}");
+        }
+        let file = out.path().join(format!("bench_c{c}_in64_out16.json"));
+        let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        assert_eq!(&saved, r);
+    }
+    assert!(run.stderr.contains("steady tok/s"), "{}", run.stderr);
+}
+
+#[test]
+fn chat_random_unique_prefix_and_whole_responses_count_exactly() {
+    let sim = Sim::start("tiny");
+    let common = ["--concurrency", "2", "--input-len", "32", "--output-len", "8"];
+    for extra in [
+        &["--api", "chat"][..],
+        &["--workload", "random", "--seed", "7"],
+        &["--unique-prefix"],
+        &["--no-stream"],
+    ] {
+        let run = bench(&sim.url, &[&common[..], extra].concat());
+        assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
+        let r = &run.records[0];
+        assert_eq!(r["total_output_tokens"], 10 * 8, "{extra:?}: {r}");
+        if extra[0] != "--api" {
+            assert_eq!(r["total_input_tokens"], 10 * 32, "{extra:?}: {r}");
+        }
+        assert_eq!(r["stream"], extra[0] != "--no-stream");
+    }
+    let run = bench(&sim.url, &[&common[..], &["--no-stream"]].concat());
+    assert!(run.records[0]["median_ttft_ms"].is_null());
+}
+
+#[test]
+fn prompts_from_a_file_are_sent_in_turn() {
+    let sim = Sim::start("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &file,
+        "{\"prompt\": [1, 2, 3, 4], \"max_tokens\": 5}\n{\"prompt\": [5, 6], \"max_tokens\": 3}\n",
+    )
+    .unwrap();
+    let run = bench(
+        &sim.url,
+        &["--concurrency", "1", "--workload", file.to_str().unwrap()],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = &run.records[0];
+    // Warm-up takes prompt 1; the measured five are 2, 1, 2, 1, 2.
+    assert_eq!(r["total_input_tokens"], 2 * 4 + 3 * 2);
+    assert_eq!(r["total_output_tokens"], 2 * 5 + 3 * 3);
+}
+
+#[test]
+fn open_loop_latency_includes_time_queued_in_the_client() {
+    let sim = Sim::start("tiny");
+    // 200 arrivals per second into one slot that each request holds for ~40 ms: requests queue
+    // in the client, and that wait is part of their latency.
+    let run = bench(
+        &sim.url,
+        &[
+            "--concurrency",
+            "1",
+            "--request-rate",
+            "200",
+            "--num-requests",
+            "5",
+            "--warmup",
+            "0",
+            "--input-len",
+            "16",
+            "--output-len",
+            "16",
+            "--seed",
+            "1",
+        ],
+    );
+    let r = &run.records[0];
+    assert_eq!(r["completed"], 5, "{}", run.stderr);
+    assert_eq!(r["request_rate"], 200.0);
+    assert_eq!(r["peak_concurrency"], 1);
+    assert!(num(r, "mean_queue_ms") > 10.0, "{r}");
+    assert!(num(r, "mean_ttft_ms") > num(r, "mean_queue_ms"), "{r}");
+    assert!(num(r, "mean_e2el_ms") > num(r, "mean_queue_ms") + 30.0, "{r}");
+}
+
+#[test]
+fn a_duration_bounds_the_measured_phase() {
+    let sim = Sim::start("tiny");
+    let run = bench(
+        &sim.url,
+        &[
+            "--concurrency",
+            "2",
+            "--duration",
+            "1s",
+            "--input-len",
+            "16",
+            "--output-len",
+            "8",
+        ],
+    );
+    let r = &run.records[0];
+    assert!(r["num_prompts"].is_null());
+    assert!(num(r, "completed") >= 10.0, "{r}");
+    assert!(num(r, "duration") >= 1.0, "{r}");
+}
+
+#[test]
+fn lengths_beyond_the_context_window_are_refused_up_front() {
+    let sim = Sim::start("tiny");
+    let run = bench(&sim.url, &["--input-len", "4000", "--output-len", "200"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.is_empty());
+    assert_eq!(
+        run.stderr.trim(),
+        "error: --input-len 4000 + --output-len 200 = 4200 tokens, more than the server's max_model_len 4096"
+    );
+}
+
+#[test]
+fn holds_hundreds_of_streams_at_once() {
+    // bench/fast-server.yaml batches everything and steps every millisecond, so each request
+    // streams for about 100 ms: long enough for all 512 to be in flight together.
+    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/fast-server.yaml");
+    let sim = Sim::start(profile);
+    let run = bench(
+        &sim.url,
+        &[
+            "--concurrency",
+            "512",
+            "--num-requests",
+            "512",
+            "--input-len",
+            "16",
+            "--output-len",
+            "100",
+        ],
+    );
+    let r = &run.records[0];
+    assert_eq!(r["completed"], 512, "{}", run.stderr);
+    assert_eq!(r["failed"], 0);
+    assert_eq!(r["peak_concurrency"], 512);
+    assert_eq!(r["total_output_tokens"], 512 * 100);
+}
