@@ -60,3 +60,14 @@ fn the_demo_runs_two_simulated_hosts_and_skips_what_the_a6000_cannot_hold() {
     let blackwell = plan.split("host a6000").next().unwrap();
     assert!(!blackwell.contains("SKIP"), "{plan}");
 }
+
+#[test]
+fn the_native_sweep_runs_rigrun_bench_on_every_host() {
+    let plan = plan("playbooks/throughput-sweep-native.yaml", "hosts.yaml");
+    assert!(
+        plan.contains("host blackwell") && plan.contains("host kpro5"),
+        "{plan}"
+    );
+    assert!(plan.contains("bench --url"), "{plan}");
+    assert!(plan.contains("concurrency=1024  SKIP:"), "{plan}");
+}
