@@ -5,7 +5,7 @@
 use anyhow::{bail, Result};
 
 use super::references::{self, Lookup};
-use super::{group, host_cell, is_main_step, pick_metric, scaling, Cell, Grid, Run, StepRecords, Verdict};
+use super::{group, host_cell, is_main_step, pick_metric, step_grid, Cell, Grid, Run, StepRecords, Verdict};
 
 /// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
 pub const DEFAULT_TOLERANCE: f64 = 5.0;
@@ -114,64 +114,34 @@ pub(super) fn host_grids(run: &Run, steps: &[&StepRecords], opts: &CompareOption
     let baseline = baseline(&hosts, opts.baseline)?;
     let refs = Lookup::new(run);
     let all_groups = group(&run.records);
-    let mut grids = Vec::new();
-    for &step in steps {
-        let metric = pick_metric(step, opts.metric);
-        let mut columns = vec!["point".to_string()];
-        columns.extend(hosts.iter().cloned());
-        columns.extend(
-            hosts
-                .iter()
-                .filter(|h| **h != baseline)
-                .map(|h| format!("{h} / {baseline}")),
-        );
-        let rows = step
-            .rows
-            .iter()
-            .map(|(label, by_host)| {
-                let cells = hosts.iter().map(|h| host_cell(&refs, step, by_host, h, &metric));
-                with_ratios(label, &hosts, &baseline, cells.collect())
-            })
-            .collect();
-        grids.push(Grid {
-            title: format!(
-                "{} · step {}: {}",
-                run.manifest.run_id,
-                step.step_index + 1,
-                step.step
-            ),
-            scaling: match is_main_step(&all_groups, step) {
-                true => scaling::stories(step, &metric, &hosts),
-                false => Vec::new(),
-            },
-            step: Some((step.step_index, step.step.clone())),
-            metric,
-            columns,
-            rows,
-        });
-    }
+    let grids = steps
+        .iter()
+        .map(|step| {
+            let mut grid = step_grid(run, &all_groups, step, opts.metric, &refs);
+            add_ratios(&mut grid, &hosts, &baseline);
+            grid
+        })
+        .collect();
     Ok(grids)
 }
 
-/// A row: the label, the hosts' cells, then every other host's ratio to the baseline's value.
-fn with_ratios(label: &str, hosts: &[String], baseline: &str, cells: Vec<Cell>) -> Vec<Cell> {
-    let base = hosts
-        .iter()
-        .zip(&cells)
-        .find(|(h, _)| *h == baseline)
-        .and_then(|(_, c)| c.number());
-    let ratios: Vec<Cell> = hosts
-        .iter()
-        .zip(&cells)
-        .filter(|(h, _)| *h != baseline)
-        .map(|(_, c)| ratio(c.number(), base))
-        .collect();
-    let mut row = vec![Cell::Label {
-        text: label.to_string(),
-    }];
-    row.extend(cells);
-    row.extend(ratios);
-    row
+/// Appends, for every host but the baseline, a column of its ratio to the baseline's value
+/// (the grid's columns are the label, then one per host in `hosts` order).
+fn add_ratios(grid: &mut Grid, hosts: &[String], baseline: &str) {
+    let others: Vec<usize> = (0..hosts.len()).filter(|&i| hosts[i] != baseline).collect();
+    let Some(base) = hosts.iter().position(|h| h == baseline) else {
+        return;
+    };
+    grid.columns
+        .extend(others.iter().map(|&i| format!("{} / {baseline}", hosts[i])));
+    for row in &mut grid.rows {
+        let base_value = row[1 + base].number();
+        let ratios: Vec<Cell> = others
+            .iter()
+            .map(|&i| ratio(row[1 + i].number(), base_value))
+            .collect();
+        row.extend(ratios);
+    }
 }
 
 fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {

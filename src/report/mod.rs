@@ -231,44 +231,54 @@ pub fn is_fetched(step: &StepRecords) -> bool {
 /// each sweep;
 /// then the references, when the playbook states any.
 pub fn show_grids(run: &Run, metric: Option<&str>) -> Vec<Grid> {
-    let hosts = run.hosts();
     let refs = references::Lookup::new(run);
     let groups = group(&run.records);
     let mut grids: Vec<Grid> = groups
         .iter()
-        .map(|step| {
-            let metric = pick_metric(step, metric);
-            let mut columns = vec!["point".to_string()];
-            columns.extend(hosts.iter().cloned());
-            let rows = step
-                .rows
-                .iter()
-                .map(|(label, by_host)| {
-                    let mut row = vec![Cell::Label { text: label.clone() }];
-                    row.extend(hosts.iter().map(|h| host_cell(&refs, step, by_host, h, &metric)));
-                    row
-                })
-                .collect();
-            Grid {
-                title: format!(
-                    "{} · step {}: {}",
-                    run.manifest.run_id,
-                    step.step_index + 1,
-                    step.step
-                ),
-                scaling: match is_main_step(&groups, step) {
-                    true => scaling::stories(step, &metric, &hosts),
-                    false => Vec::new(),
-                },
-                step: Some((step.step_index, step.step.clone())),
-                metric,
-                columns,
-                rows,
-            }
-        })
+        .map(|step| step_grid(run, &groups, step, metric, &refs))
         .collect();
     grids.extend(references::grid(run));
     grids
+}
+
+/// One step's table: rows = points, columns = the run's hosts, with the scaling story under
+/// the main sweeps. `compare` adds its ratio columns to it.
+pub(crate) fn step_grid(
+    run: &Run,
+    groups: &[StepRecords],
+    step: &StepRecords,
+    metric: Option<&str>,
+    refs: &references::Lookup,
+) -> Grid {
+    let hosts = run.hosts();
+    let metric = pick_metric(step, metric);
+    let mut columns = vec!["point".to_string()];
+    columns.extend(hosts.iter().cloned());
+    let rows = step
+        .rows
+        .iter()
+        .map(|(label, by_host)| {
+            let mut row = vec![Cell::Label { text: label.clone() }];
+            row.extend(hosts.iter().map(|h| host_cell(refs, step, by_host, h, &metric)));
+            row
+        })
+        .collect();
+    Grid {
+        title: format!(
+            "{} · step {}: {}",
+            run.manifest.run_id,
+            step.step_index + 1,
+            step.step
+        ),
+        scaling: match is_main_step(groups, step) {
+            true => scaling::stories(step, &metric, &hosts),
+            false => Vec::new(),
+        },
+        step: Some((step.step_index, step.step.clone())),
+        metric,
+        columns,
+        rows,
+    }
 }
 
 /// Writes grids in the chosen format, human formats under the hosts' facts.
