@@ -97,31 +97,12 @@ pub struct ShowArgs {
     pub metric: Option<String>,
 }
 
+/// What `compare` and `report` read and how they compare it.
 #[derive(Args, Debug)]
-pub struct CompareArgs {
+pub struct ComparisonArgs {
     /// One run directory (hosts side by side) or several (the same hosts across runs).
     #[arg(required = true)]
     pub run_dirs: Vec<PathBuf>,
-    #[arg(long)]
-    pub metric: Option<String>,
-    /// The host the ratio columns divide by (default: the first host).
-    #[arg(long)]
-    pub baseline: Option<String>,
-    /// Across runs, changes beyond this are marked as regressions or improvements.
-    #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
-    pub tolerance: f64,
-    #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
-}
-
-#[derive(Args, Debug)]
-pub struct ReportArgs {
-    /// One run directory (hosts side by side) or several (the same hosts across runs).
-    #[arg(required = true)]
-    pub run_dirs: Vec<PathBuf>,
-    /// The HTML file to write.
-    #[arg(long, short = 'o', default_value = "report.html")]
-    pub out: PathBuf,
     /// The metric of the tables (default: output_throughput, or the first numeric one).
     #[arg(long)]
     pub metric: Option<String>,
@@ -131,4 +112,21 @@ pub struct ReportArgs {
     /// Across runs, changes beyond this are marked as regressions or improvements.
     #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
     pub tolerance: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub runs: ComparisonArgs,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub runs: ComparisonArgs,
+    /// The HTML file to write.
+    #[arg(long, short = 'o', default_value = "report.html")]
+    pub out: PathBuf,
 }

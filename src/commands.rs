@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::{CompareArgs, ConfigArgs, ReportArgs, RunArgs, ShowArgs};
+use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ReportArgs, RunArgs, ShowArgs};
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions};
@@ -138,12 +138,8 @@ pub fn show(args: &ShowArgs) -> Result<ExitCode> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
-    let runs = open_runs(&args.run_dirs)?;
-    let opts = CompareOptions {
-        metric: args.metric.as_deref(),
-        baseline: args.baseline.as_deref(),
-        tolerance: args.tolerance,
-    };
+    let runs = open_runs(&args.runs.run_dirs)?;
+    let opts = comparison(&args.runs);
     let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
     let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
     print!(
@@ -157,13 +153,18 @@ fn open_runs(dirs: &[std::path::PathBuf]) -> Result<Vec<Run>> {
     dirs.iter().map(|d| open_run(d)).collect()
 }
 
-pub fn report(args: &ReportArgs) -> Result<ExitCode> {
-    let runs = open_runs(&args.run_dirs)?;
-    let opts = CompareOptions {
+/// The comparison the user asked for on the command line.
+fn comparison(args: &ComparisonArgs) -> CompareOptions<'_> {
+    CompareOptions {
         metric: args.metric.as_deref(),
         baseline: args.baseline.as_deref(),
         tolerance: args.tolerance,
-    };
+    }
+}
+
+pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+    let runs = open_runs(&args.runs.run_dirs)?;
+    let opts = comparison(&args.runs);
     let html = report::html(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
     std::fs::write(&args.out, html).map_err(|e| {
         Invalid(format!(
