@@ -230,10 +230,17 @@ fn lengths_beyond_the_context_window_are_refused_up_front() {
 
 #[test]
 fn holds_hundreds_of_streams_at_once() {
-    // bench/fast-server.yaml batches everything and steps every millisecond, so each request
-    // streams for about 100 ms: long enough for all 512 to be in flight together.
-    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/fast-server.yaml");
-    let sim = Sim::start(profile);
+    // Like bench/fast-server.yaml (the batch holds everything) but with 30 ms steps, so each
+    // request streams for about 3 s: time enough, even on a loaded machine, for all 512 to be
+    // in flight together.
+    let fast =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/fast-server.yaml")).unwrap();
+    let slow = fast.replace("    - [1, 1.0]", "    - [1, 30.0]");
+    assert_ne!(fast, slow, "bench/fast-server.yaml changed shape");
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("slow-steps.yaml");
+    std::fs::write(&profile, slow).unwrap();
+    let sim = Sim::start(profile.to_str().unwrap());
     let run = bench(
         &sim.url,
         &[
