@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,11 +50,7 @@ fn prepared() -> (PathBuf, PathBuf) {
 
 fn start_server(dir: &Path) -> LlamaServer {
     let (server, model) = prepared();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let log = std::fs::File::create(dir.join("llama-server.log")).unwrap();
     let child = Command::new(server)
         .args([

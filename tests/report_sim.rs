@@ -7,19 +7,9 @@ mod chromium;
 mod common;
 mod reporting;
 
-use std::net::TcpListener;
-
 use chromium::{artifact, Browser};
-use common::text;
+use common::{free_port, text};
 use reporting::rigrun_ok;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn inventory(dir: &std::path::Path) -> String {
     format!(

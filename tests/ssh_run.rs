@@ -350,11 +350,7 @@ fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
 #[test]
 fn a_server_that_never_answers_fails_verify_with_the_last_error() {
     let (env, _a) = Env::with_one_host();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     env.write(
         "verify.yaml",
         &format!("name: v\nsteps:\n  - verify-server: {{url: \"http://127.0.0.1:{port}\", wait: 1s}}\n  - shell: {{command: echo never}}\n"),
@@ -453,14 +449,7 @@ fn a_templated_script_is_rendered_with_the_hosts_variables() {
 #[test]
 fn a_kept_server_outlives_the_playbook_and_a_plain_one_does_not() {
     let (env, _a) = Env::with_one_host();
-    let port = |_: ()| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (kept, plain) = (port(()), port(()));
+    let (kept, plain) = (free_port(), free_port());
     let rigrun = env!("CARGO_BIN_EXE_rigrun");
     env.write(
         "servers.yaml",

@@ -87,7 +87,8 @@ pub struct Sshd {
     child: Child,
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on right now, on 127.0.0.1.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
