@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use chrono::Utc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::config::{template, Builtins, Config, Connection};
@@ -44,7 +44,8 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     let run_dir = RunDir::create(&opts.runs_dir, manifest_for(&config, &run_id, started))?;
     let run_path = run_dir.path.clone();
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
-    let store = spawn_store(run_dir, progress, rx);
+    let (store_failed_tx, store_failed) = oneshot::channel();
+    let store = spawn_store(run_dir, progress, rx, store_failed_tx);
     let _ = tx.send(Event::RunStarted {
         run_id: run_id.clone(),
         hosts: config.hosts.clone(),
@@ -74,7 +75,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         });
     }
 
-    let status = wait_or_interrupt(&mut tasks, &tx).await;
+    let status = wait_or_interrupt(&mut tasks, &tx, store_failed).await;
     let transports: Vec<_> = open
         .lock()
         .map(|mut v| std::mem::take(&mut *v))
@@ -102,39 +103,61 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
 }
 
 /// The store runs on its own thread: it journals every event (file writes, flushed per line) and
-/// shows it, in the order the hosts sent them.
+/// shows it, in the order the hosts sent them. When the run directory cannot be written (disk
+/// full), it says so on `failed` at once, so that the hosts stop rather than measure what could
+/// not be kept, and returns that error once the hosts are gone.
 fn spawn_store(
     mut run_dir: RunDir,
     mut progress: Progress,
     mut rx: mpsc::UnboundedReceiver<Event>,
+    failed: oneshot::Sender<()>,
 ) -> std::thread::JoinHandle<Result<RunDir>> {
     std::thread::spawn(move || {
+        let mut failed = Some(failed);
+        let mut error = None;
         while let Some(event) = rx.blocking_recv() {
             progress.show(&event);
-            run_dir.journal(&event)?;
+            if error.is_some() {
+                continue;
+            }
+            if let Err(e) = run_dir.journal(&event) {
+                error = Some(e.context(format!(
+                    "cannot write the run directory {}",
+                    run_dir.path.display()
+                )));
+                failed.take().map(|f| f.send(()));
+            }
         }
         progress.finish();
-        Ok(run_dir)
+        match error {
+            Some(e) => Err(e),
+            None => Ok(run_dir),
+        }
     })
 }
 
-/// Waits for every host, or for Ctrl-C; returns how the run ended.
-async fn wait_or_interrupt(tasks: &mut JoinSet<Status>, tx: &EventSender) -> Status {
+/// Waits for every host, for Ctrl-C, or for the store to fail; returns how the run ended.
+async fn wait_or_interrupt(
+    tasks: &mut JoinSet<Status>,
+    tx: &EventSender,
+    store_failed: oneshot::Receiver<()>,
+) -> Status {
     let mut all_ok = true;
-    let interrupted = tokio::select! {
+    let stopped = tokio::select! {
         _ = async {
             while let Some(done) = tasks.join_next().await {
                 all_ok &= matches!(done, Ok(Status::Ok));
             }
-        } => false,
-        _ = tokio::signal::ctrl_c() => true,
+        } => None,
+        _ = tokio::signal::ctrl_c() => Some(Status::Interrupted),
+        Ok(()) = store_failed => Some(Status::Failed),
     };
-    if interrupted {
+    if let Some(status) = stopped {
         // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
         // the commands' process groups.
         tasks.shutdown().await;
         let _ = tx.send(Event::Interrupted);
-        return Status::Interrupted;
+        return status;
     }
     if all_ok {
         Status::Ok
