@@ -491,3 +491,57 @@ fn wait_for(done: impl Fn() -> bool) -> bool {
     }
     false
 }
+
+#[test]
+fn the_ssh_agent_authenticates_when_the_inventory_names_no_key() {
+    let env = Env::new();
+    let a = env.host("a");
+    let sock = env.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .args(["-D", "-a", sock.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("cannot start ssh-agent");
+    assert!(wait_for(|| sock.exists()), "ssh-agent did not create its socket");
+    let added = std::process::Command::new("ssh-add")
+        .env("SSH_AUTH_SOCK", &sock)
+        .arg(&env.key.private)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{:?}", text(&added));
+    // No identity_file: only the agent holds the key.
+    let entry = format!(
+        "  a:\n    address: 127.0.0.1\n    port: {}\n    user: {}\n    workdir: {}\n    \
+         ssh_options: {{UserKnownHostsFile: {}, GlobalKnownHostsFile: /dev/null}}\n",
+        a.port,
+        whoami(),
+        env.path().join("work-a").display(),
+        env.known_hosts.display()
+    );
+    env.inventory(&[entry], "");
+    env.write(
+        "echo.yaml",
+        "name: echo\nsteps:\n  - shell: {command: echo through the agent}\n",
+    );
+    let run = |agent_sock: Option<&Path>| {
+        let mut cmd = rigrun();
+        cmd.current_dir(env.path())
+            .args(["run", "echo.yaml", "--runs-dir", "runs"]);
+        match agent_sock {
+            Some(s) => cmd.env("SSH_AUTH_SOCK", s),
+            None => cmd.env_remove("SSH_AUTH_SOCK"),
+        };
+        cmd.output().unwrap()
+    };
+    let with_agent = run(Some(&sock));
+    assert!(with_agent.status.success(), "{:?}", text(&with_agent));
+    let without = run(None);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(without.status.code(), Some(1), "{:?}", text(&without));
+    assert!(
+        text(&without).1.contains("authentication refused"),
+        "{:?}",
+        text(&without)
+    );
+}
