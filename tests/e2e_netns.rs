@@ -160,13 +160,19 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
         );
     }
 
-    // A second run finds the script and the rigrun binary unchanged on both hosts.
+    // A second run finds the script and the rigrun binary unchanged on both hosts: neither is
+    // uploaded again (the binary keeps its file, whose modification time would change).
+    let binaries = [dir.join("w1/bin/rigrun"), dir.join("w2/bin/rigrun")];
+    let modified = |p: &std::path::PathBuf| std::fs::metadata(p).unwrap().modified().unwrap();
+    let before: Vec<_> = binaries.iter().map(modified).collect();
     let out = run_rigrun(dir, &["run", "e2e.yaml", "--runs-dir", "runs2"]);
     assert!(out.status.success(), "{:?}", text(&out));
     let manifest = common::manifest(&only_run_dir(&dir.join("runs2")));
     for host in ["h1", "h2"] {
         assert_eq!(step(&manifest, host, "copy-script")["details"]["uploaded"], false);
     }
+    let after: Vec<_> = binaries.iter().map(modified).collect();
+    assert_eq!(before, after, "the rigrun binary was uploaded again");
 }
 
 fn step(manifest: &Value, host: &str, kind: &str) -> Value {

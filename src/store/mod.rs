@@ -12,5 +12,5 @@
 mod manifest;
 mod run_dir;
 
-pub use manifest::{manifest_for, HostEntry, Manifest, StepEntry};
+pub use manifest::{manifest_for, HostEntry, Manifest};
 pub use run_dir::{read_manifest, read_records, slug, RunDir};
