@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod executor;
 pub mod facts;
+pub mod http;
 pub mod plan;
 pub mod progress;
 pub mod report;

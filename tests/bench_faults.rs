@@ -1,7 +1,9 @@
 //! `rigrun bench` against a server that misbehaves on purpose: completions that end early
 //! (ignore_eos not honoured), HTTP 500s, streams that die mid-way or carry an error. Each run
 //! must finish, print its JSON line with `valid: false` and the reason, count failures by kind,
-//! and exit 1. Bad flags and an unreachable server: one clear line, exit 2.
+//! and exit 1. Bad flags and an unreachable server: one clear line, exit 2. Servers that close
+//! connections without notice (after every response, or when idle) lose no request of bench,
+//! verify-server, its smoke request or the server's facts.
 
 mod bench_support;
 
@@ -245,10 +247,49 @@ fn an_unreachable_server_gets_one_line_and_exit_2() {
     assert!(run.stdout.is_empty());
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(
-        run.stderr
-            .starts_with("error: cannot reach http://127.0.0.1:1/v1/models: connection failed")
-            && run.stderr.contains("Connection refused"),
+        run.stderr.starts_with(
+            "error: cannot reach http://127.0.0.1:1/v1/models: connection refused or unreachable"
+        ) && run.stderr.contains("Connection refused"),
         "{}",
         run.stderr
     );
+}
+
+/// `n` measured requests per level at C = 1 and 2, streamed or not, with `extra` flags.
+fn bench_all_answered(sim: &Sim, n: u64, extra: &[&str]) {
+    let count = n.to_string();
+    for stream in [&[][..], &["--no-stream"]] {
+        let args = [
+            &["--concurrency", "1,2", "--input-len", "8", "--output-len", "4"][..],
+            &["--num-requests", &count],
+            stream,
+            extra,
+        ]
+        .concat();
+        let run = bench(&sim.url, &args);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        for r in &run.records {
+            assert_eq!(
+                (r["completed"].as_u64(), r["failed"].as_u64()),
+                (Some(n), Some(0)),
+                "{args:?}: {r}"
+            );
+            assert_eq!(r["valid"], true, "{args:?}: {r}");
+            assert_eq!(r["total_output_tokens"], 4 * n, "{args:?}: {r}");
+            assert!(r["reconnects"].as_u64().is_some(), "{r}");
+        }
+    }
+}
+
+#[test]
+fn bench_loses_nothing_when_the_server_closes_after_every_response() {
+    let sim = Sim::start_with("tiny", &["--close-after-response"]);
+    bench_all_answered(&sim, 40, &[]);
+}
+
+#[test]
+fn bench_loses_nothing_when_the_server_closes_idle_connections() {
+    let sim = Sim::start_with("tiny", &["--idle-timeout", "1s"]);
+    // Two requests a second on average: many gaps are longer than the server keeps a connection.
+    bench_all_answered(&sim, 10, &["--request-rate", "2", "--warmup", "0"]);
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::sse::{self, DataLines, Usage};
 use super::workload::Api;
+use crate::http::{excerpt, explain};
 
 /// How long a connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -18,7 +19,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The server as the client sees it.
 pub struct Client {
-    http: reqwest::Client,
+    http: crate::http::Client,
     /// Base URL without a trailing `/` or `/v1`.
     base: String,
     path: &'static str,
@@ -68,6 +69,8 @@ pub struct Outcome {
     /// Arrival of each token-carrying event, in nanoseconds after `sent`.
     pub events: Vec<u64>,
     pub result: Result<Completed, Failure>,
+    /// Times it was sent again because the server had closed the reused connection.
+    pub reconnects: u32,
 }
 
 /// A request that completed.
@@ -81,15 +84,14 @@ impl Client {
     /// A client for `url` (with or without a trailing `/v1`). `read_timeout` bounds each wait
     /// for bytes, not the whole request, so long generations are never cut off.
     pub fn new(url: &str, api: Api, stream: bool, read_timeout: Duration) -> anyhow::Result<Client> {
-        crate::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .http1_only()
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(read_timeout)
-            .pool_max_idle_per_host(usize::MAX)
-            .build()?;
+        let http = crate::http::Client::new(|builder| {
+            builder
+                .http1_only()
+                .tcp_nodelay(true)
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(read_timeout)
+                .pool_max_idle_per_host(usize::MAX)
+        })?;
         Ok(Client {
             http,
             base: base_url(url),
@@ -115,23 +117,23 @@ impl Client {
     pub async fn models(&self) -> Result<ServerModels, ModelsError> {
         let url = format!("{}/v1/models", self.base);
         let reply = self
-            .auth(self.http.get(&url))
-            .timeout(MODELS_TIMEOUT)
-            .send()
+            .http
+            .send(|c| self.auth(c.get(&url)).timeout(MODELS_TIMEOUT))
             .await
+            .result
             .map_err(|e| ModelsError::Unreachable(format!("cannot reach {url}: {}", explain(&e))))?;
         let status = reply.status();
         let body = reply.bytes().await.unwrap_or_default();
         if !status.is_success() {
             return Err(ModelsError::Answer(format!(
                 "{url} answered HTTP {status}: {}",
-                sse::excerpt(&body)
+                excerpt(&body)
             )));
         }
         let value: Value = serde_json::from_slice(&body).map_err(|_| {
             ModelsError::Answer(format!(
                 "{url} did not answer a JSON model list: {}",
-                sse::excerpt(&body)
+                excerpt(&body)
             ))
         })?;
         let data = value.get("data").and_then(Value::as_array);
@@ -150,14 +152,17 @@ impl Client {
     /// Sends one request and reads its response to the end; never panics on what the server
     /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front.
     pub async fn send(&self, body: Bytes, max_tokens: u32) -> Outcome {
-        let request = self
-            .auth(self.http.post(format!("{}{}", self.base, self.path)))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
+        let url = format!("{}{}", self.base, self.path);
+        let request = |c: &reqwest::Client| {
+            self.auth(c.post(&url))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        };
         let sent = Instant::now();
         let capacity = if self.stream { max_tokens.min(1 << 16) } else { 1 };
         let mut reading = Reading::new(sent, capacity as usize);
-        let result = match request.send().await {
+        let answer = self.http.send(request).await;
+        let result = match answer.result {
             Err(e) => Err(send_failure(&e)),
             Ok(reply) if !reply.status().is_success() => Err(http_failure(reply).await),
             Ok(reply) if self.stream => reading.stream(reply).await,
@@ -168,6 +173,7 @@ impl Client {
             end: reading.end.unwrap_or_else(Instant::now),
             events: reading.events,
             result,
+            reconnects: answer.reconnects,
         }
     }
 }
@@ -288,7 +294,7 @@ async fn http_failure(reply: reqwest::Response) -> Failure {
         .unwrap_or_default();
     Failure::new(
         format!("http_{}", status.as_u16()),
-        format!("HTTP {status}: {}", sse::excerpt(&body)),
+        format!("HTTP {status}: {}", excerpt(&body)),
     )
 }
 
@@ -319,23 +325,6 @@ fn body_failure(err: &reqwest::Error, events: usize) -> Failure {
             explain(err)
         ),
     )
-}
-
-/// A reqwest error with its causes, in the user's terms.
-fn explain(err: &reqwest::Error) -> String {
-    let chain: Vec<String> = std::iter::successors(std::error::Error::source(err), |e| e.source())
-        .map(ToString::to_string)
-        .collect();
-    let chain = chain.join(": ");
-    if err.is_timeout() {
-        "timed out".into()
-    } else if err.is_connect() {
-        format!("connection failed ({chain}); is the server running and listening there?")
-    } else if chain.is_empty() {
-        err.to_string()
-    } else {
-        format!("{err}: {chain}")
-    }
 }
 
 /// `http://h:p/v1/` → `http://h:p`.

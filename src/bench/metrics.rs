@@ -130,6 +130,8 @@ pub struct Collector {
     pub queue: Latency,
     pub completed: u64,
     pub failed: u64,
+    /// Requests sent again because the server had closed the reused connection (not failures).
+    pub reconnects: u64,
     pub errors: BTreeMap<String, u64>,
     /// One example sentence per error kind.
     pub first_errors: BTreeMap<String, String>,
@@ -169,6 +171,7 @@ impl Collector {
             queue: Latency::default(),
             completed: 0,
             failed: 0,
+            reconnects: 0,
             errors: BTreeMap::new(),
             first_errors: BTreeMap::new(),
             input_tokens: 0,
@@ -191,6 +194,7 @@ impl Collector {
         let (sent, end) = (self.since_t0(outcome.sent), self.since_t0(outcome.end));
         self.intervals.push((sent, end.max(sent)));
         self.last_end = self.last_end.max(Some(outcome.end));
+        self.reconnects += u64::from(outcome.reconnects);
         match &outcome.result {
             Err(failure) => self.add_failure(failure),
             Ok(done) => {
@@ -374,6 +378,7 @@ mod tests {
                 }),
                 finish_reason: Some("length".into()),
             }),
+            reconnects: 0,
         }
     }
 

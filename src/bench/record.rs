@@ -42,6 +42,8 @@ pub struct Summary {
     pub warmup_failed: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Requests sent again on a fresh connection (see [`crate::http`]); not failures.
+    pub reconnects: u64,
     pub errors: BTreeMap<String, u64>,
     pub first_errors: BTreeMap<String, String>,
     pub duration: f64,
@@ -107,6 +109,7 @@ impl Summary {
             warmup_failed: result.warmup_failed,
             completed: c.completed,
             failed: c.failed,
+            reconnects: c.reconnects,
             errors: c.errors.clone(),
             first_errors: c.first_errors.clone(),
             duration: result.duration.as_secs_f64(),
@@ -203,6 +206,7 @@ impl Summary {
         m.insert("completed".into(), self.completed.into());
         m.insert("failed".into(), self.failed.into());
         m.insert("errors".into(), json!(self.errors));
+        m.insert("reconnects".into(), self.reconnects.into());
         m.insert("warmup_failed".into(), self.warmup_failed.into());
         m.insert("duration".into(), round(self.duration, 4));
         m.insert("total_input_tokens".into(), self.input_tokens.into());

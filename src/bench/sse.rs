@@ -6,6 +6,8 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use crate::http::excerpt;
+
 /// Splits a byte stream into lines and hands on the payload of each `data:` line.
 #[derive(Debug, Default)]
 pub struct DataLines {
@@ -158,19 +160,6 @@ fn has_text(choice: &Choice) -> bool {
             .as_ref()
             .or(choice.message.as_ref())
             .is_some_and(|m| nonempty(&m.content) || nonempty(&m.reasoning_content))
-}
-
-/// At most 200 characters of a body, on one line, for messages.
-pub fn excerpt(data: &[u8]) -> String {
-    let text = String::from_utf8_lossy(data);
-    let text = text.trim().replace(['\n', '\r'], " ");
-    if text.chars().count() > 200 {
-        format!("{}…", text.chars().take(200).collect::<String>())
-    } else if text.is_empty() {
-        "(empty body)".into()
-    } else {
-        text
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! chunked prefill, prefix caching). See `src/sim/README.md` for the model and its figures.
 
 mod api;
+mod connections;
 mod engine;
 mod http;
 mod perf;
@@ -14,9 +15,11 @@ mod tokens;
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
-use axum::serve::ListenerExt as _;
+use std::time::Duration;
 
+use anyhow::{bail, Context as _};
+
+use self::connections::Closing;
 use self::engine::Engine;
 use self::profile::Profile;
 
@@ -48,6 +51,15 @@ pub struct SimArgs {
     /// Output tokens per request for --predict.
     #[arg(long, default_value_t = 1000, requires = "predict")]
     pub output_len: u32,
+    /// Close every connection once its response is written, without a `Connection: close`
+    /// header first, as llama.cpp's server does after a streamed response (for testing clients
+    /// that reuse connections).
+    #[arg(long)]
+    pub close_after_response: bool,
+    /// Close connections that have been idle this long (e.g. 1s), without notice, as uvicorn
+    /// (under vLLM and SGLang) does after its keep-alive timeout.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
@@ -65,7 +77,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     if !args.predict.is_empty() {
         return print_predictions(&profile, &args.predict, args.input_len, args.output_len);
     }
-    serve(&profile, &args.host, args.port).await
+    let closing = Closing {
+        after_response: args.close_after_response,
+        when_idle: args.idle_timeout,
+    };
+    serve(&profile, &args.host, args.port, closing).await
 }
 
 /// Prints name, model and description of each built-in profile.
@@ -105,7 +121,7 @@ fn print_predictions(
 }
 
 /// Binds, announces the address on stderr, and serves.
-async fn serve(profile: &Profile, host: &str, port: u16) -> anyhow::Result<()> {
+async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> anyhow::Result<()> {
     raise_open_file_limit();
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
@@ -113,16 +129,12 @@ async fn serve(profile: &Profile, host: &str, port: u16) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
     let app = http::router(Arc::new(http::AppState::new(profile, engine)));
-    let listener = listener.tap_io(|tcp| {
-        // Small SSE writes must not wait for Nagle's algorithm.
-        let _ = tcp.set_nodelay(true);
-    });
     eprintln!(
         "rigrun sim: serving {} on http://{address} (profile {})",
         profile.model, profile.name
     );
     tokio::select! {
-        served = axum::serve(listener, app) => served.context("server failed"),
+        () = connections::serve(listener, app, closing) => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value as Json};
 
+use crate::http::{excerpt, explain};
 use crate::transport::HttpEndpoint;
 
 /// What `/v1/models` said.
@@ -37,24 +38,28 @@ fn request(builder: reqwest::RequestBuilder, api_key: Option<&str>) -> reqwest::
 /// One `GET /v1/models`, with a message that says what went wrong in the user's terms.
 pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Result<ServerInfo> {
     let url = models_url(&endpoint.base_url);
-    let reply = request(endpoint.client.get(&url), api_key)
-        .timeout(Duration::from_secs(10))
-        .send()
+    let reply = endpoint
+        .client
+        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(10)))
         .await
+        .result
         .map_err(|e| anyhow::anyhow!("GET {url}: {}", explain(&e)))?;
     let status = reply.status();
     let body = reply.text().await.unwrap_or_default();
     if !status.is_success() {
-        bail!("GET {url}: HTTP {status}: {}", excerpt(&body));
+        bail!("GET {url}: HTTP {status}: {}", excerpt(body.as_bytes()));
     }
     parse_models(&body).map_err(|e| anyhow::anyhow!("GET {url}: {e}"))
 }
 
 pub fn parse_models(body: &str) -> Result<ServerInfo> {
     let reply: Json = serde_json::from_str(body)
-        .map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body)))?;
+        .map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body.as_bytes())))?;
     let Some(data) = reply.get("data").and_then(Json::as_array) else {
-        bail!("the reply has no `data` list of models: {}", excerpt(body));
+        bail!(
+            "the reply has no `data` list of models: {}",
+            excerpt(body.as_bytes())
+        );
     };
     let models = data
         .iter()
@@ -91,17 +96,18 @@ async fn get_json(endpoint: &HttpEndpoint, path: &str, api_key: Option<&str>) ->
         "{}{path}",
         endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1")
     );
-    let reply = request(endpoint.client.get(&url), api_key)
-        .timeout(Duration::from_secs(5))
-        .send()
+    let reply = endpoint
+        .client
+        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(5)))
         .await
+        .result
         .map_err(|e| anyhow::anyhow!("{}", explain(&e)))?;
     let status = reply.status();
     if !status.is_success() {
         bail!("HTTP {status}");
     }
     let body = reply.text().await.unwrap_or_default();
-    serde_json::from_str(&body).map_err(|_| anyhow::anyhow!("not JSON: {}", excerpt(&body)))
+    serde_json::from_str(&body).map_err(|_| anyhow::anyhow!("not JSON: {}", excerpt(body.as_bytes())))
 }
 
 /// Folds the self-descriptions into `engine`, `version`, `launch_args` and, per endpoint, `ok`
@@ -198,19 +204,26 @@ pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) 
         endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1")
     );
     let body = json!({ "model": model, "prompt": "Hello", "max_tokens": 8, "temperature": 0 });
-    let reply = request(endpoint.client.post(&url), api_key)
-        .json(&body)
-        .timeout(Duration::from_secs(120))
-        .send()
+    let reply = endpoint
+        .client
+        .send(|c| {
+            request(c.post(&url), api_key)
+                .json(&body)
+                .timeout(Duration::from_secs(120))
+        })
         .await
+        .result
         .map_err(|e| anyhow::anyhow!("POST {url}: {}", explain(&e)))?;
     let status = reply.status();
     let text = reply.text().await.unwrap_or_default();
     if !status.is_success() {
-        bail!("smoke test POST {url}: HTTP {status}: {}", excerpt(&text));
+        bail!(
+            "smoke test POST {url}: HTTP {status}: {}",
+            excerpt(text.as_bytes())
+        );
     }
     let reply: Json = serde_json::from_str(&text)
-        .map_err(|_| anyhow::anyhow!("smoke test: the reply is not JSON: {}", excerpt(&text)))?;
+        .map_err(|_| anyhow::anyhow!("smoke test: the reply is not JSON: {}", excerpt(text.as_bytes())))?;
     let tokens = reply
         .pointer("/usage/completion_tokens")
         .and_then(Json::as_u64)
@@ -222,47 +235,10 @@ pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) 
     if tokens == 0 && text_out.is_empty() {
         bail!(
             "smoke test: the server returned no tokens: {}",
-            excerpt(&reply.to_string())
+            excerpt(reply.to_string().as_bytes())
         );
     }
     Ok(json!({ "completion_tokens": tokens, "text": text_out }))
-}
-
-fn explain(err: &reqwest::Error) -> String {
-    let chain = std::iter::successors(std::error::Error::source(err), |e| e.source())
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join(": ");
-    if err.is_timeout() {
-        "no answer in time (timed out)".to_string()
-    } else if err.is_connect() {
-        format!("connection refused or unreachable ({chain}); is the server listening?")
-    } else if chain.contains("connection closed")
-        || chain.contains("IncompleteMessage")
-        || chain.contains("reset")
-    {
-        format!(
-            "the connection was closed before an answer ({chain}); is the server listening on that address?"
-        )
-    } else {
-        format!(
-            "{err}{}",
-            if chain.is_empty() {
-                String::new()
-            } else {
-                format!(": {chain}")
-            }
-        )
-    }
-}
-
-fn excerpt(body: &str) -> String {
-    let body = body.trim();
-    if body.chars().count() > 300 {
-        format!("{}…", body.chars().take(300).collect::<String>())
-    } else {
-        body.to_string()
-    }
 }
 
 #[cfg(test)]

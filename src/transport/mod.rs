@@ -31,7 +31,7 @@ pub enum Transport {
 /// An HTTP server on the host, reachable from here.
 pub struct HttpEndpoint {
     /// A client that reaches the host's server (through a port forward for SSH hosts).
-    pub client: reqwest::Client,
+    pub client: crate::http::Client,
     /// The URL as the host sees it; requests use it unchanged.
     pub base_url: String,
 }
@@ -104,7 +104,7 @@ impl Transport {
         match self {
             Transport::Ssh(t) => t.http_endpoint(url).await,
             Transport::Local(_) => Ok(HttpEndpoint {
-                client: http_client(reqwest::Client::builder())?,
+                client: http_client(|b| b)?,
                 base_url: url.to_string(),
             }),
         }
@@ -118,15 +118,16 @@ impl Transport {
     }
 }
 
-/// The HTTP client settings every check uses: no proxy (servers are on the host's loopback),
-/// bounded connect and read times.
-pub fn http_client(builder: reqwest::ClientBuilder) -> Result<reqwest::Client> {
-    crate::install_crypto_provider();
-    Ok(builder
-        .no_proxy()
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .read_timeout(std::time::Duration::from_secs(30))
-        .build()?)
+/// The HTTP client every check uses: bounded connect and read times, on top of `route` (how
+/// the host's server is reached: directly, or through a forwarded socket).
+pub fn http_client(
+    route: impl Fn(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> Result<crate::http::Client> {
+    crate::http::Client::new(|builder| {
+        route(builder)
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .read_timeout(std::time::Duration::from_secs(30))
+    })
 }
 
 /// A counted permit for one channel; see [`MAX_CHANNELS_PER_HOST`].

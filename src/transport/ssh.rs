@@ -176,7 +176,7 @@ impl SshTransport {
             )
             .await
             .with_context(|| format!("cannot forward to {host}:{port} on {} through SSH", self.host))?;
-        let client = super::http_client(reqwest::Client::builder().unix_socket(socket_path))?;
+        let client = super::http_client(|builder| builder.unix_socket(socket_path.clone()))?;
         Ok(HttpEndpoint {
             client,
             base_url: url.to_string(),

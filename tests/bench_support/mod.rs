@@ -17,8 +17,14 @@ pub struct Sim {
 impl Sim {
     /// Starts `rigrun sim --profile PROFILE --port 0` and reads its URL from the "serving" line.
     pub fn start(profile: &str) -> Sim {
+        Sim::start_with(profile, &[])
+    }
+
+    /// The same, with more arguments of `rigrun sim`.
+    pub fn start_with(profile: &str, extra: &[&str]) -> Sim {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rigrun"))
             .args(["sim", "--profile", profile, "--port", "0"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
