@@ -1,5 +1,6 @@
 //! HTTP conformance of `rigrun sim` (tiny profile): routes, response shapes, SSE framing,
-//! usage counts, error shapes, determinism.
+//! usage counts, error shapes, determinism, and the request fields vLLM honours (`min_tokens`,
+//! `stream_options`, prefix-cache hits in `usage`).
 
 mod sim_support;
 
@@ -61,7 +62,8 @@ async fn completion_counts_usage_and_batches_prompts() {
     assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10})
+        json!({"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(body["choices"][0]["finish_reason"], "length");
     assert!(!body["choices"][0]["text"].as_str().unwrap().is_empty());
@@ -82,7 +84,8 @@ async fn completion_counts_usage_and_batches_prompts() {
     assert_eq!(indexes, vec![0, 1, 2]);
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17})
+        json!({"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 
@@ -134,7 +137,8 @@ async fn chat_whole_and_streamed() {
     // 5 + 1 and 5 + 2 tokens for the messages, 3 for the reply header.
     assert_eq!(
         whole["usage"],
-        json!({"prompt_tokens": 16, "completion_tokens": 5, "total_tokens": 21})
+        json!({"prompt_tokens": 16, "completion_tokens": 5, "total_tokens": 21,
+            "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     let mut streamed = request;
@@ -251,4 +255,142 @@ async fn eos_and_stop_strings_end_early() {
     assert_eq!(stopped["choices"][0]["text"].as_str().unwrap(), &full_text[..cut]);
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
     assert!(stopped["usage"]["completion_tokens"].as_u64().unwrap() < 200);
+}
+
+/// Longest reply tiny gives without `ignore_eos` (its `natural_length.max`).
+const TINY_NATURAL_MAX: u64 = 256;
+/// tiny's prefix-cache block size.
+const TINY_BLOCK: u64 = 16;
+
+#[tokio::test]
+async fn min_tokens_fixes_the_output_length_without_ignore_eos() {
+    let sim = Sim::start("tiny", &[]);
+    let n = TINY_NATURAL_MAX + 44;
+    // Without min_tokens the reply ends on its own, well before n.
+    let (_, free) = sim
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "abc", "max_tokens": n}).to_string(),
+        )
+        .await;
+    assert_eq!(free["choices"][0]["finish_reason"], "stop", "{free}");
+    assert!(free["usage"]["completion_tokens"].as_u64().unwrap() < n);
+
+    let fixed = json!({"prompt": "abc", "max_tokens": n, "min_tokens": n});
+    let (status, body) = sim.post("/v1/completions", &fixed.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], n);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+
+    // Chat and streams honour it too.
+    let chat = json!({"messages": [{"role": "user", "content": "abc"}],
+        "max_tokens": n, "min_tokens": n, "stream": true});
+    let chunks = stream_chunks(sim.stream("/v1/chat/completions", &chat.to_string()).await).await;
+    // A role chunk, then one chunk per token.
+    assert_eq!(chunks.len() as u64, 1 + n);
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+}
+
+#[tokio::test]
+async fn min_tokens_and_stream_options_are_checked_with_vllms_messages() {
+    let sim = Sim::start("tiny", &[]);
+    let rejected = [
+        (
+            "/v1/completions",
+            json!({"prompt": "abc", "max_tokens": 10, "min_tokens": 11}),
+            "min_tokens must be less than or equal to max_tokens=10, got 11.",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "abc", "min_tokens": -1}),
+            "min_tokens must be greater than or equal to 0, got -1.",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "abc"}], "max_tokens": 3, "min_tokens": 4}),
+            "min_tokens must be less than or equal to max_tokens=3, got 4.",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "abc", "stream_options": {"include_usage": true}}),
+            "Stream options can only be defined when `stream=True`.",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "abc"}], "stream": false,
+                "stream_options": {"include_usage": true}}),
+            "Stream options can only be defined when `stream=True`.",
+        ),
+    ];
+    for (path, request, message) in rejected {
+        let (status, body) = sim.post(path, &request.to_string()).await;
+        assert_error(status, &body, 400);
+        assert_eq!(body["error"]["message"], message, "{request}");
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_prompt_reports_its_cached_tokens() {
+    let sim = Sim::start("tiny", &[]);
+    let prompt_len = 1000;
+    let prompt: Value = serde_json::from_str(&sim_support::catid_prompt(prompt_len)).unwrap();
+    // vLLM's rule: whole blocks, and the last prompt token is always computed.
+    let predicted = (prompt_len as u64 - 1) / TINY_BLOCK * TINY_BLOCK;
+    let cached = |body: &Value| body["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+    let request = json!({"prompt": prompt, "max_tokens": 2, "ignore_eos": true});
+    let (_, first) = sim.post("/v1/completions", &request.to_string()).await;
+    assert_eq!(cached(&first), 0, "{first}");
+    let (_, again) = sim.post("/v1/completions", &request.to_string()).await;
+    assert_eq!(cached(&again), predicted, "{again}");
+    assert_eq!(again["usage"]["prompt_tokens"], prompt_len);
+
+    // A batch sums its choices; a streamed usage chunk reports the same.
+    let batch = json!({"prompt": [prompt, prompt], "max_tokens": 2, "ignore_eos": true});
+    let (_, both) = sim.post("/v1/completions", &batch.to_string()).await;
+    assert_eq!(cached(&both), 2 * predicted, "{both}");
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let chunks = stream_chunks(sim.stream("/v1/completions", &streamed.to_string()).await).await;
+    assert_eq!(cached(chunks.last().unwrap()), predicted);
+}
+
+/// The `usage.completion_tokens` of each chunk, checking each usage's other counts.
+fn completion_counts(chunks: &[Value], prompt_tokens: u64) -> Vec<u64> {
+    chunks
+        .iter()
+        .map(|c| {
+            let usage = &c["usage"];
+            assert_eq!(usage["prompt_tokens"], prompt_tokens, "{c}");
+            let completion = usage["completion_tokens"].as_u64().expect("usage on every chunk");
+            assert_eq!(usage["total_tokens"], prompt_tokens + completion, "{c}");
+            completion
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn continuous_usage_stats_put_usage_on_every_chunk() {
+    let sim = Sim::start("tiny", &[]);
+    let options = json!({"include_usage": true, "continuous_usage_stats": true});
+    let request = json!({"prompt": [5, 6, 7], "max_tokens": 12, "ignore_eos": true,
+        "stream": true, "stream_options": options});
+    let chunks = stream_chunks(sim.stream("/v1/completions", &request.to_string()).await).await;
+    let (last, tokens) = chunks.split_last().unwrap();
+    assert_eq!(completion_counts(tokens, 3), (1..=12).collect::<Vec<u64>>());
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], 12);
+
+    // Chat: the role chunk counts no completion tokens yet.
+    let chat = json!({"messages": [{"role": "user", "content": "abcd"}], "max_tokens": 4,
+        "ignore_eos": true, "stream": true, "stream_options": options});
+    let chunks = stream_chunks(sim.stream("/v1/chat/completions", &chat.to_string()).await).await;
+    assert_eq!(completion_counts(&chunks, 9), vec![0, 1, 2, 3, 4, 4]);
+
+    // As in vLLM, continuous usage needs include_usage.
+    let mut without = request;
+    without["stream_options"] = json!({"include_usage": false, "continuous_usage_stats": true});
+    let chunks = stream_chunks(sim.stream("/v1/completions", &without.to_string()).await).await;
+    assert_eq!(chunks.len(), 12);
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()));
 }

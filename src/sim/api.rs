@@ -147,9 +147,13 @@ pub struct Generation {
     /// One per choice (a batch of completion prompts gives several).
     pub prompts: Vec<PromptJob>,
     pub ignore_eos: bool,
+    /// Tokens generated before EOS or a stop string may end a choice (vLLM's `min_tokens`).
+    pub min_tokens: u32,
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Usage on every chunk (`stream_options.continuous_usage_stats`, with `include_usage`).
+    pub continuous_usage: bool,
     pub seed: Option<u64>,
 }
 
@@ -159,7 +163,7 @@ impl Generation {
         let prompt = &self.prompts[index];
         let seed = tokens::request_seed(&prompt.ids, self.seed);
         let eos_at = (!self.ignore_eos).then(|| tokens::natural_length(seed, natural.0, natural.1));
-        Completion::plan(seed, prompt.max_tokens, eos_at, &self.stop)
+        Completion::plan(seed, prompt.max_tokens, self.min_tokens, eos_at, &self.stop)
     }
 }
 
@@ -168,18 +172,55 @@ impl Generation {
 struct Options {
     model: Option<String>,
     max_tokens: Option<u32>,
+    /// Signed, so that a negative value gets vLLM's message rather than a type error.
+    #[serde(default)]
+    min_tokens: i64,
     ignore_eos: Option<bool>,
     temperature: Option<f64>,
     #[serde(default, deserialize_with = "one_or_many")]
     stop: Vec<String>,
     stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
+    /// Kept raw: vLLM rejects any non-empty `stream_options` without `stream`.
+    stream_options: Option<Value>,
     seed: Option<u64>,
 }
 
+/// `stream_options`, with vLLM's defaults: usage is included unless `include_usage` is false
+/// or null.
 #[derive(Debug, Deserialize)]
 struct StreamOptions {
+    #[serde(default = "absent_is_true")]
     include_usage: Option<bool>,
+    continuous_usage_stats: Option<bool>,
+}
+
+/// vLLM's default `include_usage` once `stream_options` is given.
+fn absent_is_true() -> Option<bool> {
+    Some(true)
+}
+
+impl StreamOptions {
+    /// Parses `stream_options` (400 when non-empty without `stream`, as vLLM): returns whether
+    /// to send usage at the end and on every chunk.
+    fn usage(raw: Option<Value>, stream: bool) -> Result<(bool, bool), ApiError> {
+        let raw = raw.filter(|v| !v.is_null());
+        let empty = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty);
+        if !stream && raw.as_ref().is_some_and(|v| !empty(v)) {
+            return Err(ApiError::bad_request(
+                "Stream options can only be defined when `stream=True`.",
+            ));
+        }
+        let Some(raw) = raw else {
+            return Ok((false, false));
+        };
+        let options: Self = serde_json::from_value(raw)
+            .map_err(|e| ApiError::bad_request(format!("invalid stream_options: {e}")))?;
+        let include = options.include_usage.unwrap_or(false);
+        Ok((
+            include,
+            include && options.continuous_usage_stats.unwrap_or(false),
+        ))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -287,21 +328,43 @@ fn build(
             "temperature must be a non-negative number, got {t}"
         )));
     }
+    let stream = options.stream.unwrap_or(false);
+    let (include_usage, continuous_usage) = StreamOptions::usage(options.stream_options, stream)?;
     for prompt in &prompts {
         check_length(prompt, served.max_model_len)?;
     }
+    let min_tokens = check_min_tokens(options.min_tokens, &prompts)?;
     Ok(Generation {
         endpoint,
         prompts,
         ignore_eos: options.ignore_eos.unwrap_or(false),
+        min_tokens,
         stop: options.stop,
-        stream: options.stream.unwrap_or(false),
-        include_usage: options
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
+        stream,
+        include_usage,
+        continuous_usage,
         seed: options.seed,
     })
+}
+
+/// 400 unless `0 <= min_tokens <= max_tokens` of every prompt, with vLLM's messages.
+fn check_min_tokens(min_tokens: i64, prompts: &[PromptJob]) -> Result<u32, ApiError> {
+    if min_tokens < 0 {
+        return Err(ApiError::bad_request(format!(
+            "min_tokens must be greater than or equal to 0, got {min_tokens}."
+        )));
+    }
+    if let Some(max) = prompts
+        .iter()
+        .map(|p| p.max_tokens)
+        .find(|&m| min_tokens > i64::from(m))
+    {
+        return Err(ApiError::bad_request(format!(
+            "min_tokens must be less than or equal to max_tokens={max}, got {min_tokens}."
+        )));
+    }
+    // Now at most a max_tokens, which is a u32 (0 when there are no prompts).
+    Ok(u32::try_from(min_tokens).unwrap_or(0))
 }
 
 /// 400 unless the prompt plus its output fit in the context window.
@@ -376,17 +439,41 @@ pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Only when the server has a prefix cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`, as vLLM and SGLang report prefix-cache hits.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served by the prefix cache (summed over the choices).
+    pub cached_tokens: u64,
 }
 
 impl Usage {
-    /// Usage of a request's prompts and outputs.
-    pub fn of(request: &Generation, outputs: &[Completion]) -> Self {
-        let prompt_tokens = request.prompts.iter().map(|p| p.ids.len() as u64).sum();
-        let completion_tokens = outputs.iter().map(|c| u64::from(c.tokens())).sum();
+    /// Counts without cache details.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
         Self {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// Usage of a request's prompts and outputs.
+    pub fn of(request: &Generation, outputs: &[Completion]) -> Self {
+        let prompt_tokens = request.prompts.iter().map(|p| p.ids.len() as u64).sum();
+        let completion_tokens = outputs.iter().map(|c| u64::from(c.tokens())).sum();
+        Self::new(prompt_tokens, completion_tokens)
+    }
+
+    /// The same counts, reporting `cached_tokens` from the prefix cache.
+    pub fn with_cached(self, cached_tokens: u64) -> Self {
+        Self {
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
+            ..self
         }
     }
 }
@@ -454,9 +541,16 @@ impl ChunkWriter {
         }
     }
 
-    /// A chunk carrying `text` for choice `index`, with the finish reason on the last one.
-    /// Writes into a Vec, which cannot fail.
-    pub fn token(&self, out: &mut Vec<u8>, index: usize, text: &str, finish: Option<FinishReason>) {
+    /// A chunk carrying `text` for choice `index`, with the finish reason on the last one and
+    /// `usage` if given (continuous usage stats). Writes into a Vec, which cannot fail.
+    pub fn token(
+        &self,
+        out: &mut Vec<u8>,
+        index: usize,
+        text: &str,
+        finish: Option<FinishReason>,
+        usage: Option<Usage>,
+    ) {
         out.extend_from_slice(&self.head);
         let _ = write!(out, "{{\"index\":{index},");
         out.extend_from_slice(match self.endpoint {
@@ -470,29 +564,40 @@ impl ChunkWriter {
         let _ = match finish {
             Some(reason) => write!(
                 out,
-                ",\"logprobs\":null,\"finish_reason\":\"{}\"}}]}}\n\n",
+                ",\"logprobs\":null,\"finish_reason\":\"{}\"}}]",
                 reason.as_str()
             ),
-            None => write!(out, ",\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"),
+            None => write!(out, ",\"logprobs\":null,\"finish_reason\":null}}]"),
         };
+        Self::end(out, usage);
     }
 
-    /// The chat stream's opening chunk for choice `index`: the assistant role, no content yet.
-    pub fn role(&self, out: &mut Vec<u8>, index: usize) {
+    /// The chat stream's opening chunk for choice `index`: the assistant role, no content yet
+    /// (with `usage`, zero completion tokens, under continuous usage stats).
+    pub fn role(&self, out: &mut Vec<u8>, index: usize, usage: Option<Usage>) {
         out.extend_from_slice(&self.head);
         let _ = write!(
             out,
             "{{\"index\":{index},\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\
-             \"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+             \"logprobs\":null,\"finish_reason\":null}}]"
         );
+        Self::end(out, usage);
+    }
+
+    /// Closes a chunk after its `choices`, adding `usage` if given.
+    fn end(out: &mut Vec<u8>, usage: Option<Usage>) {
+        if let Some(usage) = usage {
+            out.extend_from_slice(b",\"usage\":");
+            let _ = serde_json::to_writer(&mut *out, &usage);
+        }
+        out.extend_from_slice(b"}\n\n");
     }
 
     /// The final usage chunk (empty `choices`), as vLLM sends with `include_usage`.
     pub fn usage(&self, out: &mut Vec<u8>, usage: Usage) {
         out.extend_from_slice(&self.head);
-        out.extend_from_slice(b"],\"usage\":");
-        let _ = serde_json::to_writer(&mut *out, &usage);
-        out.extend_from_slice(b"}\n\n");
+        out.push(b']');
+        Self::end(out, Some(usage));
     }
 
     /// The stream's terminator.
@@ -597,6 +702,95 @@ mod tests {
         assert_eq!(completion(r#"{"prompt":"x"}"#).unwrap().prompts[0].max_tokens, 16);
     }
 
+    /// The 400 message of `body` on `/v1/completions`.
+    fn rejection(body: &str) -> String {
+        let err = completion(body).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST, "{body}");
+        err.message
+    }
+
+    #[test]
+    fn min_tokens_is_read_and_checked_with_vllms_messages() {
+        let g = completion(r#"{"prompt":"x","max_tokens":5,"min_tokens":5}"#).unwrap();
+        assert_eq!(g.min_tokens, 5);
+        assert_eq!(completion(r#"{"prompt":"x"}"#).unwrap().min_tokens, 0);
+        assert_eq!(
+            rejection(r#"{"prompt":"x","max_tokens":5,"min_tokens":6}"#),
+            "min_tokens must be less than or equal to max_tokens=5, got 6."
+        );
+        // The default max_tokens (16) counts.
+        assert_eq!(
+            rejection(r#"{"prompt":"x","min_tokens":17}"#),
+            "min_tokens must be less than or equal to max_tokens=16, got 17."
+        );
+        assert_eq!(
+            rejection(r#"{"prompt":"x","min_tokens":-1}"#),
+            "min_tokens must be greater than or equal to 0, got -1."
+        );
+        for body in [
+            r#"{"prompt":"x","min_tokens":"3"}"#,
+            r#"{"prompt":"x","min_tokens":1.5}"#,
+            r#"{"prompt":"x","min_tokens":null}"#,
+        ] {
+            rejection(body);
+        }
+        // Chat: against the default max_tokens, the rest of the context.
+        let chat = |body: &str| parse_chat(body.as_bytes(), &served());
+        let room = r#"{"messages":[{"role":"user","content":"abcd"}],"min_tokens":91}"#;
+        assert_eq!(chat(room).unwrap().min_tokens, 91);
+        let over = r#"{"messages":[{"role":"user","content":"abcd"}],"min_tokens":92}"#;
+        assert_eq!(
+            chat(over).unwrap_err().message,
+            "min_tokens must be less than or equal to max_tokens=91, got 92."
+        );
+    }
+
+    #[test]
+    fn planning_honours_min_tokens() {
+        let g = completion(r#"{"prompt":"x","max_tokens":40,"min_tokens":40}"#).unwrap();
+        let out = g.plan(0, (2, 3));
+        assert_eq!((out.tokens(), out.finish), (40, FinishReason::Length));
+        let g = completion(r#"{"prompt":"x","max_tokens":40,"min_tokens":10}"#).unwrap();
+        let out = g.plan(0, (2, 3));
+        assert_eq!((out.tokens(), out.finish), (11, FinishReason::Stop));
+    }
+
+    #[test]
+    fn stream_options_need_stream_and_default_to_usage() {
+        let message = "Stream options can only be defined when `stream=True`.";
+        for body in [
+            r#"{"prompt":"x","stream_options":{"include_usage":true}}"#,
+            r#"{"prompt":"x","stream":false,"stream_options":{"include_usage":false}}"#,
+            r#"{"prompt":"x","stream_options":{"continuous_usage_stats":true}}"#,
+        ] {
+            assert_eq!(rejection(body), message, "{body}");
+        }
+        // Empty or null options are accepted without a stream, as vLLM does.
+        assert!(completion(r#"{"prompt":"x","stream_options":{}}"#).is_ok());
+        assert!(completion(r#"{"prompt":"x","stream_options":null}"#).is_ok());
+        rejection(r#"{"prompt":"x","stream":true,"stream_options":{"include_usage":"yes"}}"#);
+        let usage = |options: &str| {
+            let body = format!(r#"{{"prompt":"x","stream":true,"stream_options":{options}}}"#);
+            let g = completion(&body).unwrap();
+            (g.include_usage, g.continuous_usage)
+        };
+        assert_eq!(usage("{}"), (true, false));
+        assert_eq!(usage("null"), (false, false));
+        assert_eq!(usage(r#"{"include_usage":null}"#), (false, false));
+        assert_eq!(usage(r#"{"continuous_usage_stats":true}"#), (true, true));
+        assert_eq!(
+            usage(r#"{"include_usage":true,"continuous_usage_stats":true}"#),
+            (true, true)
+        );
+        // vLLM sends continuous usage only with include_usage.
+        assert_eq!(
+            usage(r#"{"include_usage":false,"continuous_usage_stats":true}"#),
+            (false, false)
+        );
+        let plain = completion(r#"{"prompt":"x","stream":true}"#).unwrap();
+        assert_eq!((plain.include_usage, plain.continuous_usage), (false, false));
+    }
+
     #[test]
     fn chat_counts_messages_and_defaults_to_the_rest_of_the_context() {
         let g = parse_chat(
@@ -622,22 +816,21 @@ mod tests {
             model: "m\"x".into(),
         };
         let writer = ChunkWriter::new(&meta);
+        let completions = ChunkWriter::new(&ResponseMeta {
+            endpoint: Endpoint::Completions,
+            ..meta.clone()
+        });
         let mut out = vec![];
-        writer.role(&mut out, 0);
-        writer.token(&mut out, 0, " hi\"", Some(FinishReason::Length));
-        writer.usage(
-            &mut out,
-            Usage {
-                prompt_tokens: 1,
-                completion_tokens: 2,
-                total_tokens: 3,
-            },
-        );
+        writer.role(&mut out, 0, None);
+        writer.token(&mut out, 0, " hi\"", Some(FinishReason::Length), None);
+        writer.usage(&mut out, Usage::new(1, 2).with_cached(1));
+        writer.role(&mut out, 0, Some(Usage::new(1, 0)));
+        completions.token(&mut out, 0, "x", None, Some(Usage::new(1, 1)));
         ChunkWriter::done(&mut out);
         let text = String::from_utf8(out).unwrap();
         let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
-        assert_eq!(events.len(), 4);
-        let json: Vec<Value> = events[..3]
+        assert_eq!(events.len(), 6);
+        let json: Vec<Value> = events[..5]
             .iter()
             .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
             .collect();
@@ -645,8 +838,20 @@ mod tests {
         assert_eq!(json[1]["choices"][0]["delta"]["content"], " hi\"");
         assert_eq!(json[1]["choices"][0]["finish_reason"], "length");
         assert_eq!(json[1]["model"], "m\"x");
+        assert!(json[0].get("usage").is_none() && json[1].get("usage").is_none());
         assert_eq!(json[2]["choices"], serde_json::json!([]));
-        assert_eq!(json[2]["usage"]["total_tokens"], 3);
-        assert_eq!(events[3], "data: [DONE]");
+        assert_eq!(
+            json[2]["usage"],
+            serde_json::json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 1}})
+        );
+        assert_eq!(json[3]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(json[3]["usage"]["completion_tokens"], 0);
+        assert_eq!(json[4]["choices"][0]["text"], "x");
+        assert_eq!(
+            json[4]["usage"],
+            serde_json::json!({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+        );
+        assert_eq!(events[5], "data: [DONE]");
     }
 }

@@ -185,12 +185,18 @@ async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Resu
             .map_err(|e| internal(&e.to_string()))?;
     }
     let meta = app.meta(&request);
-    let usage = Usage::of(&request, &outputs);
+    let reports_cache = app.prefix_block_tokens.is_some();
     if request.stream {
-        let stream = TokenStream::new(&meta, outputs, usage, request.include_usage, rx);
+        let stream = TokenStream::new(&meta, &request, outputs, reports_cache, rx);
         return Ok(stream.into_response());
     }
-    wait_until_done(rx, outputs.len()).await?;
+    let cached = wait_until_done(rx, outputs.len()).await?;
+    let usage = Usage::of(&request, &outputs);
+    let usage = if reports_cache {
+        usage.with_cached(cached)
+    } else {
+        usage
+    };
     Ok(Json(api::full_response(&meta, &outputs, usage)).into_response())
 }
 
@@ -202,17 +208,24 @@ fn internal(message: &str) -> ApiError {
     }
 }
 
-/// Waits for the last token of each of `choices` choices.
-async fn wait_until_done(mut rx: UnboundedReceiver<(u32, Progress)>, choices: usize) -> Result<(), ApiError> {
-    let mut remaining = choices;
+/// Waits for the last token of each of `choices` choices; returns their prompt tokens served
+/// by the prefix cache, summed.
+async fn wait_until_done(
+    mut rx: UnboundedReceiver<(u32, Progress)>,
+    choices: usize,
+) -> Result<u64, ApiError> {
+    let (mut remaining, mut cached) = (choices, 0);
     while remaining > 0 {
         match rx.recv().await {
-            Some((_, progress)) if progress.done => remaining -= 1,
+            Some((_, progress)) if progress.done => {
+                remaining -= 1;
+                cached += u64::from(progress.cached);
+            }
             Some(_) => {}
             None => return Err(internal("the simulated engine dropped the request")),
         }
     }
-    Ok(())
+    Ok(cached)
 }
 
 /// A streamed response: turns the engine's progress into SSE chunks.
@@ -225,6 +238,11 @@ struct TokenStream {
     remaining: usize,
     /// The usage chunk to send at the end, if asked for.
     usage: Option<Usage>,
+    /// Prompt tokens per choice, when every chunk carries usage (continuous usage stats).
+    continuous: Option<Vec<u64>>,
+    /// Prompt tokens the prefix cache served, summed over the finished choices; reported
+    /// when the server has a prefix cache.
+    cached: Option<u64>,
     /// Whether `[DONE]` was written.
     ended: bool,
 }
@@ -232,36 +250,49 @@ struct TokenStream {
 impl TokenStream {
     fn new(
         meta: &ResponseMeta,
+        request: &Generation,
         outputs: Vec<Completion>,
-        usage: Usage,
-        include_usage: bool,
+        reports_cache: bool,
         rx: UnboundedReceiver<(u32, Progress)>,
     ) -> Self {
+        let prompt_tokens = request.prompts.iter().map(|p| p.ids.len() as u64);
         Self {
             rx,
             writer: ChunkWriter::new(meta),
             sent: vec![0; outputs.len()],
             remaining: outputs.len(),
+            usage: request.include_usage.then(|| Usage::of(request, &outputs)),
+            continuous: request.continuous_usage.then(|| prompt_tokens.collect()),
+            cached: reports_cache.then_some(0),
             outputs,
-            usage: include_usage.then_some(usage),
             ended: false,
         }
+    }
+
+    /// The usage a chunk of choice `index` carries after `generated` tokens, if any.
+    fn usage_so_far(&self, index: usize, generated: u32) -> Option<Usage> {
+        let prompt = *self.continuous.as_ref()?.get(index)?;
+        Some(Usage::new(prompt, u64::from(generated)))
     }
 
     /// Writes the chunks for one progress report.
     fn advance(&mut self, out: &mut Vec<u8>, choice: u32, progress: Progress) {
         let index = choice as usize;
-        let (Some(output), Some(sent)) = (self.outputs.get(index), self.sent.get_mut(index)) else {
+        let (Some(output), Some(&sent)) = (self.outputs.get(index), self.sent.get(index)) else {
             return;
         };
-        if *sent == 0 && self.writer.sends_role() {
-            self.writer.role(out, index);
+        if sent == 0 && self.writer.sends_role() {
+            self.writer.role(out, index, self.usage_so_far(index, 0));
         }
         let finish = progress.done.then_some(output.finish);
-        self.writer
-            .token(out, index, output.piece(*sent, progress.generated), finish);
-        *sent = progress.generated;
-        self.remaining -= usize::from(progress.done);
+        let piece = output.piece(sent, progress.generated);
+        let usage = self.usage_so_far(index, progress.generated);
+        self.writer.token(out, index, piece, finish, usage);
+        self.sent[index] = progress.generated;
+        if progress.done {
+            self.remaining -= 1;
+            self.cached = self.cached.map(|c| c + u64::from(progress.cached));
+        }
     }
 
     /// Writes the stream's end: the usage chunk if asked for, then `[DONE]`.
@@ -270,6 +301,7 @@ impl TokenStream {
             let err = internal("the simulated engine dropped the request").body();
             out.extend_from_slice(format!("data: {err}\n\n").as_bytes());
         } else if let Some(usage) = self.usage {
+            let usage = self.cached.map_or(usage, |c| usage.with_cached(c));
             self.writer.usage(out, usage);
         }
         ChunkWriter::done(out);

@@ -59,6 +59,14 @@ impl PrefixCache {
         hits as u64 * u64::from(self.block_tokens)
     }
 
+    /// Prompt tokens a prompt of `prompt_tokens` with block `hashes` gets from the cache. As in
+    /// vLLM, the last prompt token is always computed and hits are whole blocks, so a fully
+    /// cached prompt of exactly k blocks recomputes its last block.
+    pub fn lookup_prompt(&mut self, hashes: &[u64], prompt_tokens: u32) -> u64 {
+        let usable = (prompt_tokens.saturating_sub(1) / self.block_tokens) as usize;
+        self.lookup(&hashes[..usable.min(hashes.len())])
+    }
+
     /// Records `hashes` as computed, evicting the oldest blocks beyond capacity.
     pub fn insert(&mut self, hashes: &[u64]) {
         for &hash in hashes {
@@ -106,6 +114,17 @@ mod tests {
         assert_eq!(cache.lookup(&hashes), 4);
         let other = block_hashes(&[1, 2, 8, 8], 2);
         assert_eq!(cache.lookup(&other), 2);
+    }
+
+    #[test]
+    fn a_prompt_hit_leaves_the_last_token_and_stays_block_aligned() {
+        let mut cache = PrefixCache::new(4, 100);
+        let exact = block_hashes(&[1; 8], 4);
+        cache.insert(&exact);
+        assert_eq!(cache.lookup_prompt(&exact, 8), 4);
+        let longer = block_hashes(&[1; 9], 4);
+        assert_eq!(cache.lookup_prompt(&longer, 9), 8);
+        assert_eq!(cache.lookup_prompt(&exact[..1], 4), 0);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!   tokens (chunked prefill, oldest requests first); the step that completes a prompt also
 //!   produces the request's first output token.
 //! - With prefix caching, the cached leading blocks of a prompt are not computed again (the
-//!   last prompt token always is, since it yields the first output token). The cache is looked
+//!   last prompt token always is, since it yields the first output token; hits are whole
+//!   blocks, so a fully cached prompt of exactly k blocks recomputes its last block, as vLLM). The cache is looked
 //!   up when a prompt's prefill starts, so a prompt computed in one step serves the requests
 //!   that start prefilling in later steps, as in vLLM.
 
@@ -55,6 +56,8 @@ pub struct Progress {
     pub generated: u32,
     /// Whether this was its last token.
     pub done: bool,
+    /// Prompt tokens the prefix cache served (usage's `prompt_tokens_details.cached_tokens`).
+    pub cached: u32,
 }
 
 /// Counters and gauges for `/metrics`.
@@ -88,6 +91,8 @@ struct Job<S> {
     looked_up: bool,
     /// Prompt tokens computed in the current step.
     prefill_now: u32,
+    /// Prompt tokens served by the prefix cache.
+    cached: u32,
     generated: u32,
 }
 
@@ -132,6 +137,7 @@ impl<S> Scheduler<S> {
             prefill_left,
             looked_up: false,
             prefill_now: 0,
+            cached: 0,
             generated: 0,
         });
         Ok(())
@@ -205,6 +211,7 @@ impl<S> Scheduler<S> {
                 Progress {
                     generated: job.generated,
                     done,
+                    cached: job.cached,
                 },
             );
             if done {
@@ -248,14 +255,13 @@ impl<S> Scheduler<S> {
 
 /// Starts a prompt's prefill: skips its cached leading blocks (never the last token).
 fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &mut Stats) {
-    let prompt = u64::from(job.spec.prompt_tokens);
-    let cached = cache.map_or(0, |c| {
-        c.lookup(&job.spec.block_hashes).min(prompt.saturating_sub(1))
-    });
+    let prompt = job.spec.prompt_tokens;
+    let cached = cache.map_or(0, |c| c.lookup_prompt(&job.spec.block_hashes, prompt));
     // `cached` < prompt, which is a u32.
-    job.prefill_left = (prompt - cached).max(1) as u32;
+    job.cached = cached as u32;
+    job.prefill_left = (prompt - job.cached).max(1);
     job.looked_up = true;
-    stats.prompt_tokens_total += prompt;
+    stats.prompt_tokens_total += u64::from(prompt);
     stats.cached_prompt_tokens_total += cached;
 }
 
@@ -311,7 +317,8 @@ mod tests {
                 7,
                 Progress {
                     generated: 1,
-                    done: false
+                    done: false,
+                    cached: 0,
                 }
             )]
         );
@@ -323,7 +330,8 @@ mod tests {
                     7,
                     Progress {
                         generated: 2,
-                        done: false
+                        done: false,
+                        cached: 0,
                     }
                 )]
             )
@@ -334,7 +342,8 @@ mod tests {
                 7,
                 Progress {
                     generated: 3,
-                    done: true
+                    done: true,
+                    cached: 0,
                 }
             )]
         );
@@ -418,8 +427,12 @@ mod tests {
         assert_eq!(step(&mut s).0, Some(1_000_000 + 1_000_000));
         s.submit(job(), 2).unwrap();
         // 62 blocks of 16 cached: 8 tokens left to compute; 2 sequences.
-        assert_eq!(step(&mut s).0, Some(2_000_000 + 8_000));
+        let (d, out) = step(&mut s);
+        assert_eq!(d, Some(2_000_000 + 8_000));
         assert_eq!(s.stats().cached_prompt_tokens_total, 992);
+        // Each request's reports carry its own cached count.
+        let cached: Vec<(u32, u32)> = out.iter().map(|(id, p)| (*id, p.cached)).collect();
+        assert_eq!(cached, vec![(1, 0), (2, 992)]);
         let mut full = scheduler(8, 10_000, 10_000);
         full.cache = Some(PrefixCache::new(10, 10_000));
         let exact = vec![5u32; 20];
@@ -434,7 +447,8 @@ mod tests {
             .unwrap();
             step(&mut full);
         }
-        assert_eq!(full.stats().cached_prompt_tokens_total, 19);
+        // A fully cached 2-block prompt recomputes its last block (vLLM's rule).
+        assert_eq!(full.stats().cached_prompt_tokens_total, 10);
     }
 
     #[test]

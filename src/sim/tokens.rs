@@ -187,10 +187,13 @@ pub struct Completion {
 impl Completion {
     /// Plans the output: words from `seed` until `max_tokens`, the natural EOS at `eos_at`
     /// (a token with empty text, as real servers count it), or the first `stop` string.
-    pub fn plan(seed: u64, max_tokens: u32, eos_at: Option<u32>, stop: &[String]) -> Self {
-        let eos = eos_at.filter(|&n| n >= 1 && n <= max_tokens);
+    /// As in vLLM, the first `min_tokens` tokens are never EOS and never complete a stop
+    /// string (EOS moves to token `min_tokens + 1` at the earliest).
+    pub fn plan(seed: u64, max_tokens: u32, min_tokens: u32, eos_at: Option<u32>, stop: &[String]) -> Self {
+        let eos = eos_at
+            .map(|n| n.max(min_tokens.saturating_add(1)))
+            .filter(|&n| n >= 1 && n <= max_tokens);
         let limit = eos.unwrap_or(max_tokens);
-        let longest_stop = stop.iter().map(String::len).max().unwrap_or(0);
         let mut out = Self {
             text: String::new(),
             ends: Vec::with_capacity(limit as usize),
@@ -206,8 +209,10 @@ impl Completion {
                 out.text.push_str(word(seed, index));
             }
             out.ends.push(out.text.len());
-            let from = floor_char_boundary(&out.text, before.saturating_sub(longest_stop));
-            if let Some(cut) = find_stop(&out.text, from, stop) {
+            if index < min_tokens {
+                continue;
+            }
+            if let Some(cut) = find_stop(&out.text, before, stop) {
                 out.truncate(cut);
                 break;
             }
@@ -245,20 +250,24 @@ impl Completion {
     }
 }
 
-/// The earliest start, at or after `from`, of any non-empty stop string.
-fn find_stop(text: &str, from: usize, stop: &[String]) -> Option<usize> {
+/// The earliest start of a non-empty stop string that ends after byte `old` (the text before
+/// the newest token, already searched), as vLLM's incremental check does.
+fn find_stop(text: &str, old: usize, stop: &[String]) -> Option<usize> {
     stop.iter()
         .filter(|s| !s.is_empty())
-        .filter_map(|s| text[from..].find(s.as_str()).map(|at| from + at))
+        .filter_map(|s| {
+            let from = ceil_char_boundary(text, (old + 1).saturating_sub(s.len()));
+            text[from..].find(s.as_str()).map(|at| from + at)
+        })
         .min()
 }
 
-/// The largest char boundary of `text` at or below `at`.
-fn floor_char_boundary(text: &str, mut at: usize) -> usize {
-    while !text.is_char_boundary(at) {
-        at -= 1;
+/// The smallest char boundary of `text` at or above `at` (a match can only start on one).
+fn ceil_char_boundary(text: &str, mut at: usize) -> usize {
+    while at < text.len() && !text.is_char_boundary(at) {
+        at += 1;
     }
-    at
+    at.min(text.len())
 }
 
 #[cfg(test)]
@@ -284,9 +293,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_text_and_seed_depends_on_prompt() {
-        let a = Completion::plan(request_seed(&[1, 2, 3], None), 50, None, &[]);
-        let b = Completion::plan(request_seed(&[1, 2, 3], None), 50, None, &[]);
-        let c = Completion::plan(request_seed(&[1, 2, 4], None), 50, None, &[]);
+        let a = Completion::plan(request_seed(&[1, 2, 3], None), 50, 0, None, &[]);
+        let b = Completion::plan(request_seed(&[1, 2, 3], None), 50, 0, None, &[]);
+        let c = Completion::plan(request_seed(&[1, 2, 4], None), 50, 0, None, &[]);
         assert_eq!(a, b);
         assert_ne!(a.text(), c.text());
         assert_eq!(a.tokens(), 50);
@@ -295,7 +304,7 @@ mod tests {
 
     #[test]
     fn pieces_concatenate_to_the_text() {
-        let c = Completion::plan(7, 20, None, &[]);
+        let c = Completion::plan(7, 20, 0, None, &[]);
         let joined: String = (0..20).map(|i| c.piece(i, i + 1)).collect();
         assert_eq!(joined, c.text());
         assert_eq!(c.piece(0, 20), c.text());
@@ -303,24 +312,52 @@ mod tests {
 
     #[test]
     fn eos_ends_early_with_an_empty_last_token() {
-        let c = Completion::plan(7, 20, Some(5), &[]);
+        let c = Completion::plan(7, 20, 0, Some(5), &[]);
         assert_eq!(c.tokens(), 5);
         assert_eq!(c.finish, FinishReason::Stop);
         assert_eq!(c.piece(4, 5), "");
-        let long = Completion::plan(7, 20, Some(50), &[]);
+        let long = Completion::plan(7, 20, 0, Some(50), &[]);
         assert_eq!((long.tokens(), long.finish), (20, FinishReason::Length));
     }
 
     #[test]
     fn stop_string_cuts_the_text_before_it() {
-        let full = Completion::plan(11, 200, None, &[]);
+        let full = Completion::plan(11, 200, 0, None, &[]);
         let stop = " step".to_string();
         let at = full.text().find(&stop).expect("the vocabulary has ' step'");
-        let c = Completion::plan(11, 200, None, std::slice::from_ref(&stop));
+        let c = Completion::plan(11, 200, 0, None, std::slice::from_ref(&stop));
         assert_eq!(c.text(), &full.text()[..at]);
         assert_eq!(c.finish, FinishReason::Stop);
         assert!(c.tokens() < 200);
         assert_eq!(c.piece(0, c.tokens()), c.text());
+    }
+
+    #[test]
+    fn min_tokens_moves_eos_after_them_and_clamps_to_max_tokens() {
+        let c = Completion::plan(7, 20, 10, Some(5), &[]);
+        assert_eq!((c.tokens(), c.finish), (11, FinishReason::Stop));
+        assert_eq!(c.piece(10, 11), "");
+        let later = Completion::plan(7, 20, 10, Some(15), &[]);
+        assert_eq!((later.tokens(), later.finish), (15, FinishReason::Stop));
+        let fixed = Completion::plan(7, 20, 20, Some(5), &[]);
+        assert_eq!((fixed.tokens(), fixed.finish), (20, FinishReason::Length));
+        assert_eq!(fixed.text(), Completion::plan(7, 20, 0, None, &[]).text());
+    }
+
+    #[test]
+    fn stop_strings_complete_only_after_min_tokens() {
+        let full = Completion::plan(11, 200, 0, None, &[]);
+        let stop = " the".to_string();
+        let first = full.text().find(&stop).expect("the vocabulary has ' the'");
+        // The token count whose text covers the first stop string.
+        let covering = (1..=200).find(|&n| full.piece(0, n).len() >= first + stop.len());
+        let min = covering.expect("found within 200 tokens");
+        let c = Completion::plan(11, 200, min, None, std::slice::from_ref(&stop));
+        let after = full.piece(0, min).len() + 1 - stop.len();
+        let next = full.text()[after..].find(&stop).map(|at| after + at);
+        assert_eq!(c.text(), &full.text()[..next.expect("a later ' the'")]);
+        assert!(c.tokens() > min);
+        assert_eq!(c.finish, FinishReason::Stop);
     }
 
     #[test]
