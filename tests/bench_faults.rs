@@ -6,6 +6,7 @@
 //! verify-server, its smoke request or the server's facts.
 
 mod bench_support;
+mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -292,4 +293,51 @@ fn bench_loses_nothing_when_the_server_closes_idle_connections() {
     let sim = Sim::start_with("tiny", &["--idle-timeout", "1s"]);
     // Two requests a second on average: many gaps are longer than the server keeps a connection.
     bench_all_answered(&sim, 10, &["--request-rate", "2", "--warmup", "0"]);
+}
+
+/// verify-server with its smoke request and the server's facts, `steps` times, against a sim
+/// started with `sim_flags`; every step must get every answer.
+fn verify_all_answered(sim_flags: &[&str], steps: usize) {
+    let sim = Sim::start_with("tiny", sim_flags);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let inventory = format!(
+        "hosts:\n  local:\n    connection: local\n    workdir: {}\n",
+        dir.join("work").display()
+    );
+    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    let step = format!(
+        "  - verify-server: {{url: \"{}\", model: rigrun/tiny, smoke: true}}\n",
+        sim.url
+    );
+    std::fs::write(
+        dir.join("verify.yaml"),
+        format!("name: verify\nsteps:\n{}", step.repeat(steps)),
+    )
+    .unwrap();
+    let out = common::run_rigrun(dir, &["run", "verify.yaml", "--runs-dir", "runs"]);
+    assert!(out.status.success(), "{:?}", common::text(&out));
+    let manifest = common::manifest(&common::only_run_dir(&dir.join("runs")));
+    let done = manifest["hosts"]["local"]["steps"].as_array().unwrap();
+    assert_eq!(done.len(), steps);
+    for step in done {
+        let details = &step["details"];
+        assert_eq!(
+            details["server_facts"]["endpoints"]["/version"], "ok",
+            "{details}"
+        );
+        assert_eq!(
+            details["server_facts"]["version"],
+            format!("rigrun-sim {}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(
+            details["smoke"]["completion_tokens"].as_u64() > Some(0),
+            "{details}"
+        );
+    }
+}
+
+#[test]
+fn verify_server_its_smoke_and_facts_lose_nothing_when_the_server_closes_after_every_response() {
+    verify_all_answered(&["--close-after-response"], 20);
 }

@@ -1,10 +1,15 @@
 //! The real-server tier: the same paths as the sim tests, against llama.cpp's `llama-server`
 //! serving SmolLM2-135M on loopback, so that our parsing is proven against a real server's replies
-//! (`/v1/models` shape, usage counts, SSE framing, error bodies). `tests/llama/prepare.sh` builds
-//! the server once per machine; when it cannot, these tests fail loudly.
+//! (`/v1/models` shape, usage counts, SSE framing, error bodies), and `rigrun bench` is checked
+//! against the server's own Prometheus counters. llama.cpp's server closes the connection after
+//! every streamed response (its head says keep-alive), so it also proves that the client loses
+//! no request on such connections. `tests/llama/prepare.sh` builds the server once per machine;
+//! when it cannot, these tests fail loudly.
 
 mod common;
 
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,7 +66,17 @@ fn start_server(dir: &Path) -> LlamaServer {
             "--host",
             "127.0.0.1",
         ])
-        .args(["--port", &port.to_string(), "-t", "1", "-c", "4096", "-np", "2"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-c",
+            "4096",
+            "-np",
+            "2",
+            "--metrics",
+        ])
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -97,6 +112,22 @@ fn wait_healthy(server: &mut LlamaServer, dir: &Path) {
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("llama-server did not become healthy within 120 s");
+}
+
+/// The server's Prometheus counters (`llamacpp:*`), by name.
+fn counters(port: u16) -> std::collections::HashMap<String, f64> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let (_, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 fn local_inventory(dir: &Path, port: u16) {
@@ -253,4 +284,126 @@ fn error_bodies_from_the_real_server_reach_the_user() {
         stderr.contains("context") || stderr.contains("exceed"),
         "the server's words reach stderr: {stderr}"
     );
+}
+
+/// `rigrun bench` at one level, its warm-up off so that the server's counters cover exactly the
+/// measured requests; returns the JSON line and the counters' changes.
+fn bench_level(port: u16, concurrency: u32, extra: &[&str]) -> (Value, impl Fn(&str) -> f64) {
+    let before = counters(port);
+    let out = rigrun()
+        .args([
+            "bench",
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+            "--model",
+            ALIAS,
+        ])
+        .args(["--concurrency", &concurrency.to_string(), "--warmup", "0"])
+        .args(["--input-len", "128", "--output-len", "32", "--num-requests", "10"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{extra:?} C={concurrency}:\n{stdout}\n{stderr}"
+    );
+    let after = counters(port);
+    let delta = move |name: &str| after[name] - before[name];
+    (serde_json::from_str(stdout.trim()).unwrap(), delta)
+}
+
+#[test]
+fn rigrun_bench_measures_the_real_server_as_its_own_counters_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start_server(tmp.path());
+    for api in ["completions", "chat"] {
+        for stream in [true, false] {
+            // C=2 is the server's `-np 2`: both slots busy.
+            for concurrency in [1, 2] {
+                let mut extra = vec!["--api", api];
+                if !stream {
+                    extra.push("--no-stream");
+                }
+                let (m, delta) = bench_level(server.port, concurrency, &extra);
+                let case = format!("{api} stream={stream} C={concurrency}: {m}");
+                assert_eq!(
+                    (m["completed"].as_u64(), m["failed"].as_u64()),
+                    (Some(10), Some(0)),
+                    "{case}"
+                );
+                assert_eq!(m["valid"], true, "{case}");
+                // Token counts come from the server's usage and agree with its counters.
+                assert_eq!(m["total_output_tokens"], 10 * 32, "{case}");
+                assert_eq!(delta("llamacpp:tokens_predicted_total"), 320.0, "{case}");
+                let prompt =
+                    delta("llamacpp:prompt_tokens_total") + delta("llamacpp:prompt_tokens_cached_total");
+                assert_eq!(m["total_input_tokens"].as_f64(), Some(prompt), "{case}");
+                if api == "completions" {
+                    assert_eq!(m["total_input_tokens"], 10 * 128, "{case}");
+                }
+                if stream {
+                    // The server times generation from its first token on but divides by every
+                    // predicted token; TPOT divides the same span by the tokens after the first.
+                    let seconds = delta("llamacpp:tokens_predicted_seconds_total");
+                    let server_tpot = seconds * 1e3 / (320.0 - 10.0);
+                    let tpot = m["mean_tpot_ms"].as_f64().unwrap();
+                    let off = tpot / server_tpot - 1.0;
+                    assert!(
+                        off.abs() < 0.03,
+                        "TPOT {tpot} ms against the server's {server_tpot} ms ({off:+.3}): {case}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_native_sweep_playbook_measures_the_real_server_through_sshd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server = start_server(dir);
+    let key = ClientKey::new(dir);
+    let sshd = Sshd::start(dir, "cpu", &key);
+    let known_hosts = dir.join("known_hosts");
+    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
+    let host_vars = format!("    vars: {{model: {ALIAS}, kv_capacity_tokens: 400}}\n");
+    let inventory = format!(
+        "vars: {{server_url: \"http://127.0.0.1:{}\"}}\nhosts:\n{}groups:\n  gpu: [cpu]\n",
+        server.port,
+        sshd.inventory_entry("cpu", &key, &known_hosts, &dir.join("work"), &host_vars)
+    );
+    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    let playbook = Path::new(env!("CARGO_MANIFEST_DIR")).join("playbooks/throughput-sweep-native.yaml");
+    let out = run_rigrun(
+        dir,
+        &["run", playbook.to_str().unwrap(), "--runs-dir", "runs"]
+            .into_iter()
+            .chain(["-e", "input_len=64", "-e", "output_len=16"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{:?}", text(&out));
+    let recs = records(&only_run_dir(&dir.join("runs")));
+    for c in [1u64, 4] {
+        let rec = recs
+            .iter()
+            .find(|r| r["step"] == "run-sweep" && r["point"]["concurrency"] == c)
+            .unwrap_or_else(|| panic!("no record for C={c}"));
+        let m = &rec["metrics"];
+        assert_eq!(rec["status"], "ok", "{rec}");
+        assert_eq!(
+            (m["completed"].as_u64(), m["failed"].as_u64()),
+            (Some(5 * c), Some(0)),
+            "{m}"
+        );
+        assert_eq!(m["total_output_tokens"], 5 * c * 16, "{m}");
+    }
+    // 64 + 16 tokens per request against a KV capacity of 400: C=16 and beyond are skipped.
+    let skipped = recs
+        .iter()
+        .filter(|r| r["step"] == "run-sweep" && r["status"] == "skipped")
+        .count();
+    assert_eq!(skipped, 7);
 }
