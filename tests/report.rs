@@ -217,3 +217,68 @@ fn show_refuses_what_is_not_a_run_directory() {
         text(&out)
     );
 }
+
+/// The two demo runs kept as fixtures (written by the release before run.json had a format
+/// version; run.json, records.jsonl and events.jsonl only).
+fn fixture(name: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/runs")
+        .join(name);
+    dir.to_str().unwrap().to_string()
+}
+
+/// Every output of show, compare and report on the fixture runs is what it was when recorded in
+/// tests/fixtures/expected/ (`RIGRUN_BLESS=1 cargo test --test report` records them anew, for
+/// a change that means to alter them).
+#[test]
+fn outputs_on_the_fixture_runs_are_as_recorded() {
+    let (a, b) = (fixture("20261201T102538Z-demo"), fixture("20261201T102606Z-demo"));
+    let expected = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/expected");
+    let tmp = tempfile::tempdir().unwrap();
+    let html = tmp.path().join("report.html");
+    let html = html.to_str().unwrap();
+    let mut cases: Vec<(String, Vec<&str>)> = vec![];
+    for format in ["table", "markdown", "csv", "json"] {
+        cases.push((format!("show.{format}"), vec!["show", &a, "--format", format]));
+        let hosts = vec!["compare", &a, "--baseline", "a6000", "--format", format];
+        cases.push((format!("compare-hosts.{format}"), hosts));
+        cases.push((
+            format!("compare-runs.{format}"),
+            vec!["compare", &a, &b, "--format", format],
+        ));
+    }
+    cases.push((
+        "show-ttft.table".into(),
+        vec!["show", &a, "--metric", "median_ttft_ms"],
+    ));
+    cases.push(("report.html".into(), vec!["report", &a, &b, "--out", html]));
+    let bless = std::env::var_os("RIGRUN_BLESS").is_some();
+    let mut differ = vec![];
+    for (name, args) in &cases {
+        let out = rigrun().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {:?}", text(&out));
+        let got = if name.ends_with(".html") {
+            std::fs::read_to_string(html).unwrap()
+        } else {
+            text(&out).0
+        };
+        let path = expected.join(name);
+        if bless {
+            std::fs::create_dir_all(&expected).unwrap();
+            std::fs::write(&path, &got).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(got.as_str()) {
+            let at = tmp.path().join(name);
+            std::fs::write(&at, &got).unwrap();
+            differ.push(format!("{args:?}: diff {} {}", path.display(), at.display()));
+        }
+    }
+    // Keep what differs to look at.
+    if !differ.is_empty() {
+        let keep = tmp.keep();
+        panic!(
+            "outputs changed (new ones in {}):\n{}",
+            keep.display(),
+            differ.join("\n")
+        );
+    }
+}
