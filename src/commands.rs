@@ -1,7 +1,6 @@
-//! One function per command. Each returns the process exit code: 0 success, 1 something that ran
-//! failed, 2 invalid input (nothing was run).
+//! One function per command. Each returns how it ended, an [`Exit`]: 0 success, 1 something
+//! that ran failed, 2 invalid input (nothing was run).
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -10,25 +9,17 @@ use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ReportArgs, RunArgs, S
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions};
+use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
 use crate::report::{self, CompareOptions, Format, Header, Run};
 
-pub const OK: u8 = 0;
-pub const FAILED: u8 = 1;
-pub const INVALID: u8 = 2;
-
-/// Bad input: printed as is, exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Invalid(pub String);
-
-/// The exit code for an error: 2 for invalid input, 1 otherwise.
-pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+/// How a command that returned `err` ends: invalid input (a config error included), or failed.
+pub fn exit_for(err: &anyhow::Error) -> Exit {
     if err.downcast_ref::<ConfigErrors>().is_some() || err.downcast_ref::<Invalid>().is_some() {
-        INVALID
+        Exit::Invalid
     } else {
-        FAILED
+        Exit::Failed
     }
 }
 
@@ -50,7 +41,7 @@ fn offline_builtins() -> Builtins {
     }
 }
 
-pub fn check(args: &ConfigArgs) -> Result<ExitCode> {
+pub fn check(args: &ConfigArgs) -> Result<Exit> {
     let config = load(args)?;
     let plan = plan::build(&config, &offline_builtins())?;
     let points: usize = plan
@@ -70,17 +61,17 @@ pub fn check(args: &ConfigArgs) -> Result<ExitCode> {
         config.playbook.steps.len(),
         points
     );
-    Ok(ExitCode::from(OK))
+    Ok(Exit::Ok)
 }
 
-pub fn plan(args: &ConfigArgs) -> Result<ExitCode> {
+pub fn plan(args: &ConfigArgs) -> Result<Exit> {
     let config = load(args)?;
     let plan = plan::build(&config, &offline_builtins())?;
     print!("{}", plan::describe(&config, &plan));
-    Ok(ExitCode::from(OK))
+    Ok(Exit::Ok)
 }
 
-pub async fn run(args: &RunArgs) -> Result<ExitCode> {
+pub async fn run(args: &RunArgs) -> Result<Exit> {
     let config = load(&args.config)?;
     // Every template renders and every script exists before any host is touched.
     plan::build(&config, &offline_builtins())?;
@@ -105,11 +96,7 @@ pub async fn run(args: &RunArgs) -> Result<ExitCode> {
         _ => "some hosts or steps failed",
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
-    Ok(ExitCode::from(if outcome.status == Status::Ok && !missed {
-        OK
-    } else {
-        FAILED
-    }))
+    Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))
 }
 
 /// Reports missed references on stderr; true when they fail the run (`--check-references`).
@@ -129,15 +116,15 @@ fn open_run(dir: &std::path::Path) -> Result<Run> {
     Run::open(dir).map_err(|e| Invalid(format!("{e:#}")).into())
 }
 
-pub fn show(args: &ShowArgs) -> Result<ExitCode> {
+pub fn show(args: &ShowArgs) -> Result<Exit> {
     let run = open_run(&args.run_dir)?;
     let grids = report::show_grids(&run, args.metric.as_deref());
     let header = Header::new(&[&run.manifest]);
     print!("{}", report::render(&grids, args.format, &header));
-    Ok(ExitCode::from(OK))
+    Ok(Exit::Ok)
 }
 
-pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
+pub fn compare(args: &CompareArgs) -> Result<Exit> {
     let runs = open_runs(&args.runs.run_dirs)?;
     let opts = comparison(&args.runs);
     let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
@@ -146,7 +133,7 @@ pub fn compare(args: &CompareArgs) -> Result<ExitCode> {
         "{}",
         report::render(&grids, args.format, &Header::new(&manifests))
     );
-    Ok(ExitCode::from(OK))
+    Ok(Exit::Ok)
 }
 
 fn open_runs(dirs: &[std::path::PathBuf]) -> Result<Vec<Run>> {
@@ -162,7 +149,7 @@ fn comparison(args: &ComparisonArgs) -> CompareOptions<'_> {
     }
 }
 
-pub fn report(args: &ReportArgs) -> Result<ExitCode> {
+pub fn report(args: &ReportArgs) -> Result<Exit> {
     let runs = open_runs(&args.runs.run_dirs)?;
     let opts = comparison(&args.runs);
     let html = report::html(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
@@ -173,5 +160,5 @@ pub fn report(args: &ReportArgs) -> Result<ExitCode> {
         ))
     })?;
     eprintln!("report written to {}", args.out.display());
-    Ok(ExitCode::from(OK))
+    Ok(Exit::Ok)
 }

@@ -3,6 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use rigrun::cli::{Cli, Command};
 use rigrun::commands;
+use rigrun::exit::Exit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -16,7 +17,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(commands::FAILED);
+            return Exit::Failed.into();
         }
     };
     let result = runtime.block_on(async {
@@ -28,13 +29,15 @@ fn main() -> ExitCode {
             Command::Compare(args) => commands::compare(&args),
             Command::Report(args) => commands::report(&args),
             Command::Bench(args) => rigrun::bench::run(args).await,
-            Command::Sim(args) => rigrun::sim::run(args).await.map(|()| ExitCode::SUCCESS),
+            Command::Sim(args) => rigrun::sim::run(args).await,
         }
     });
-    result.unwrap_or_else(|err| {
-        eprintln!("{}", render_error(&err));
-        ExitCode::from(commands::exit_code_for(&err))
-    })
+    result
+        .unwrap_or_else(|err| {
+            eprintln!("{}", render_error(&err));
+            commands::exit_for(&err)
+        })
+        .into()
 }
 
 fn render_error(err: &anyhow::Error) -> String {

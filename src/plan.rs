@@ -15,6 +15,7 @@ use serde_json::Value as Json;
 
 use crate::config::playbook::{self, Text};
 use crate::config::{context, template, Builtins, Config, ConfigError, ConfigErrors, Quoting, Step};
+use crate::point::{self, cartesian};
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
 pub const DEFAULT_SERVER_WAIT: Duration = Duration::from_secs(30);
@@ -85,26 +86,7 @@ pub struct Point {
 impl Point {
     /// `concurrency=16 input_len=1000`.
     pub fn label(&self) -> String {
-        point_label(&self.values)
-    }
-}
-
-pub fn point_label(values: &IndexMap<String, Json>) -> String {
-    if values.is_empty() {
-        return "(single)".to_string();
-    }
-    values
-        .iter()
-        .map(|(k, v)| format!("{k}={}", value_text(v)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A value as written by people: strings without their quotes, anything else as JSON.
-pub fn value_text(value: &Json) -> String {
-    match value {
-        Json::String(s) => s.clone(),
-        other => other.to_string(),
+        point::label(&self.values)
     }
 }
 
@@ -319,24 +301,6 @@ impl Renderer<'_> {
     }
 }
 
-/// The cartesian product of the matrix, first key outermost, values in the order written.
-pub fn cartesian(matrix: &IndexMap<String, serde_saphyr::Spanned<Vec<Json>>>) -> Vec<IndexMap<String, Json>> {
-    let mut points = vec![IndexMap::new()];
-    for (key, values) in matrix {
-        points = points
-            .into_iter()
-            .flat_map(|point| {
-                values.value.iter().map(move |v| {
-                    let mut p = point.clone();
-                    p.insert(key.clone(), v.clone());
-                    p
-                })
-            })
-            .collect();
-    }
-    points
-}
-
 /// The plan as text for `rigrun plan`.
 pub fn describe(config: &Config, plan: &Plan) -> String {
     let mut out = String::new();
@@ -451,7 +415,7 @@ mod tests {
         let m = matrix("concurrency: [1, 4]\ninput_len: [100, 200, 300]\n");
         let points = cartesian(&m);
         assert_eq!(points.len(), 6);
-        let labels: Vec<String> = points.iter().map(point_label).collect();
+        let labels: Vec<String> = points.iter().map(point::label).collect();
         assert_eq!(labels[0], "concurrency=1 input_len=100");
         assert_eq!(labels[2], "concurrency=1 input_len=300");
         assert_eq!(labels[3], "concurrency=4 input_len=100");
@@ -461,7 +425,7 @@ mod tests {
     fn an_empty_matrix_is_one_point() {
         let points = cartesian(&IndexMap::new());
         assert_eq!(points.len(), 1);
-        assert_eq!(point_label(&points[0]), "(single)");
+        assert_eq!(point::label(&points[0]), "(single)");
     }
 
     #[test]
@@ -469,6 +433,6 @@ mod tests {
         let mut v = IndexMap::new();
         v.insert("model".to_string(), json!("qwen"));
         v.insert("c".to_string(), json!(8));
-        assert_eq!(point_label(&v), "model=qwen c=8");
+        assert_eq!(point::label(&v), "model=qwen c=8");
     }
 }

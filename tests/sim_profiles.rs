@@ -12,7 +12,11 @@ fn rejected_profile(source: &str) -> (String, String) {
     std::fs::write(&path, source).unwrap();
     let out = rigrun(&["sim", "--profile", path_str(&path), "--port", "0"]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "accepted a bad profile: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad profile is invalid input: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     (stderr, path_str(&path).to_string())
 }
@@ -75,14 +79,14 @@ fn bad_profile_files_name_file_line_and_column() {
 fn unknown_profiles_and_missing_files_fail_cleanly() {
     let out = rigrun(&["sim", "--profile", "huge-gpu"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr.contains("unknown profile 'huge-gpu'") && stderr.contains("tiny"),
         "{stderr}"
     );
     let out = rigrun(&["sim", "--profile", "/nonexistent/profile.yaml"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("/nonexistent/profile.yaml"), "{stderr}");
 }
 

@@ -23,7 +23,6 @@ mod workload;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +36,8 @@ use self::level::{LevelPlan, Shared, Stop};
 use self::record::{RunInfo, Summary};
 use self::report::LevelProgress;
 use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
-use crate::commands::Invalid;
 use crate::config::duration::Dur;
+use crate::exit::{Exit, Invalid};
 
 /// Arguments of `rigrun bench`.
 #[derive(clap::Args, Debug, Clone)]
@@ -133,7 +132,7 @@ fn positive_rate(text: &str) -> Result<f64, String> {
 }
 
 /// Runs `rigrun bench`; the exit code says whether every level is valid.
-pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     check_args(&args)?;
     let source = Source::parse(&args.workload).map_err(Invalid)?;
     if let Some(dir) = &args.out_dir {
@@ -164,7 +163,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs every level in turn, printing each one's line and row as it ends.
-async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<ExitCode> {
+async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<Exit> {
     eprintln!("{}", intro(&shared.client, info));
     eprintln!("{}", report::header());
     let mut all_valid = true;
@@ -176,11 +175,7 @@ async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> a
         }
         all_valid &= summary.valid();
     }
-    Ok(if all_valid {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::commands::FAILED)
-    })
+    Ok(Exit::ok_if(all_valid))
 }
 
 /// Checks what clap cannot: the URL's shape.

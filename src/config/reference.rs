@@ -25,7 +25,7 @@ use serde_saphyr::Spanned;
 
 use super::playbook::Step;
 use super::{closest, Config, ConfigError};
-use crate::plan::value_text;
+use crate::point::value_text;
 
 /// As written: host → point → metric → `VALUE ±TOLERANCE`.
 pub type References = IndexMap<Spanned<String>, IndexMap<Spanned<String>, IndexMap<String, Spanned<Json>>>>;
@@ -210,7 +210,7 @@ pub fn match_point(
 ) -> Result<IndexMap<String, Json>, String> {
     let axes: Vec<&str> = matrix.keys().map(String::as_str).collect();
     let wanted = wanted_values(key, &axes)?;
-    let points = crate::plan::cartesian(matrix);
+    let points = crate::point::cartesian(matrix);
     points
         .into_iter()
         .find(|point| {

@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 
-use crate::plan::value_text;
+use crate::point::value_text;
 use crate::store::{HostEntry, Manifest};
 
 /// Launch arguments worth a place in the one-line summary, in this order (SGLang, vLLM and

@@ -14,7 +14,7 @@ use super::header::{Header, HostFacts};
 use super::scaling;
 use super::svg::escape;
 use super::{group, is_main_step, references, with_notes, Grid, Run, Verdict};
-use crate::plan::value_text;
+use crate::point::value_text;
 
 const STYLE: &str = r#"
 :root { color-scheme: light; --muted: #5b6270; --line: #d9dde3; --bad: #b3261e; --good: #1e7b34; }

@@ -27,7 +27,7 @@ pub use header::Header;
 pub use html::render as html;
 
 use crate::events::{Record, RecordStatus};
-use crate::plan::point_label;
+use crate::point;
 use crate::store::{read_records, Manifest};
 
 /// The metric shown when the user names none and the records have it.
@@ -123,7 +123,7 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     let mut steps: IndexMap<(usize, String), IndexMap<String, RowRecords>> = IndexMap::new();
     let mut seen_per_point: IndexMap<(usize, String, String), usize> = IndexMap::new();
     for record in records {
-        let base = point_label(&record.point);
+        let base = point::label(&record.point);
         let key = (record.step_index, record.host.clone(), base.clone());
         let n = seen_per_point.entry(key).or_insert(0);
         *n += 1;

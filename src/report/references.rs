@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 use super::cell::{cell, Cell, RefCheck};
 use super::{Grid, Run};
 use crate::config::reference::{Expected, Reference};
-use crate::plan::point_label;
+use crate::point;
 
 /// References by (step index, host, point label, metric), for marking table cells.
 pub struct Lookup<'a> {
@@ -26,7 +26,7 @@ impl<'a> Lookup<'a> {
                 let key = (
                     r.step_index,
                     r.host.as_str(),
-                    point_label(&r.point),
+                    point::label(&r.point),
                     r.metric.as_str(),
                 );
                 (key, &r.expected)
@@ -47,7 +47,7 @@ impl<'a> Lookup<'a> {
         let Cell::Value { value, .. } = cell else {
             return cell;
         };
-        let expected = self.by_key.get(&(step_index, host, point_label(point), metric));
+        let expected = self.by_key.get(&(step_index, host, point::label(point), metric));
         Cell::Value {
             value,
             reference: expected.map(|e| RefCheck::new(e, value)),
@@ -69,14 +69,14 @@ pub fn check(run: &Run) -> Vec<Checked<'_>> {
         .references
         .iter()
         .map(|reference| {
-            let label = point_label(&reference.point);
+            let label = point::label(&reference.point);
             let records: Vec<_> = run
                 .records
                 .iter()
                 .filter(|r| {
                     r.step_index == reference.step_index
                         && r.host == reference.host
-                        && point_label(&r.point) == label
+                        && point::label(&r.point) == label
                 })
                 .collect();
             let measured = match records.is_empty() {
@@ -108,7 +108,7 @@ pub fn misses(run: &Run) -> Vec<String> {
             format!(
                 "{} at {} (step {}): {} {measured}",
                 r.host,
-                point_label(&r.point),
+                point::label(&r.point),
                 r.step_index + 1,
                 r.metric
             )
@@ -136,7 +136,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
                 _ => Cell::Missing,
             };
             vec![
-                label(point_label(&r.point)),
+                label(point::label(&r.point)),
                 label(r.host.clone()),
                 label(format!("{} (step {})", r.metric, r.step_index + 1)),
                 label(r.expected.to_string()),

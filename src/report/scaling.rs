@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use super::cell::{cell, format_number, Cell};
 use super::StepRecords;
 use crate::events::Record;
-use crate::plan::point_label;
+use crate::point;
 
 /// Below this gain per doubling of concurrency, throughput has saturated.
 pub const KNEE_GAIN_PER_DOUBLING: f64 = 0.10;
@@ -202,7 +202,7 @@ pub fn series_name(record: &Record) -> String {
     if others.is_empty() {
         record.host.clone()
     } else {
-        format!("{} ({})", record.host, point_label(&others))
+        format!("{} ({})", record.host, point::label(&others))
     }
 }
 

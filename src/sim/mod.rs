@@ -22,6 +22,7 @@ use anyhow::{bail, Context as _};
 use self::connections::Closing;
 use self::engine::Engine;
 use self::profile::Profile;
+use crate::exit::{Exit, Invalid};
 
 /// Arguments of `rigrun sim`.
 #[derive(clap::Args, Debug)]
@@ -63,25 +64,29 @@ pub struct SimArgs {
 }
 
 /// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
-pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+/// A bad profile or bad `--predict` lengths are invalid input (exit 2).
+pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
     if args.list_profiles {
-        return list_profiles();
+        return list_profiles().map(|()| Exit::Ok);
     }
     let Some(name) = args.profile.as_deref() else {
-        bail!("--profile is required")
+        bail!(Invalid("--profile is required".into()))
     };
-    let mut profile = Profile::resolve(name)?;
+    let mut profile = Profile::resolve(name).map_err(|e| Invalid(format!("{e:#}")))?;
     if let Some(model) = args.model {
         profile.model = model;
     }
     if !args.predict.is_empty() {
-        return print_predictions(&profile, &args.predict, args.input_len, args.output_len);
+        return print_predictions(&profile, &args.predict, args.input_len, args.output_len)
+            .map(|()| Exit::Ok);
     }
     let closing = Closing {
         after_response: args.close_after_response,
         when_idle: args.idle_timeout,
     };
-    serve(&profile, &args.host, args.port, closing).await
+    serve(&profile, &args.host, args.port, closing)
+        .await
+        .map(|()| Exit::Ok)
 }
 
 /// Prints name, model and description of each built-in profile.
@@ -108,10 +113,10 @@ fn print_predictions(
 ) -> anyhow::Result<()> {
     let total = u64::from(input_len) + u64::from(output_len);
     if input_len == 0 || output_len == 0 || total > u64::from(profile.max_model_len) {
-        bail!(
+        bail!(Invalid(format!(
             "--input-len and --output-len must be at least 1 and fit in max_model_len {} together",
             profile.max_model_len
-        );
+        )));
     }
     for &concurrency in levels {
         let prediction = predict::predict(profile, concurrency, input_len, output_len);

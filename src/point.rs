@@ -1,0 +1,63 @@
+//! Sweep points as every layer names them: a point is the matrix values of one run of a sweep.
+//! Config, plan, executor and report all print and build points; this ground floor imports
+//! nothing of rigrun, so any module may use it.
+
+use indexmap::IndexMap;
+use serde_json::Value as Json;
+
+/// The matrix values of one point, in the order the matrix names its axes.
+pub type Values = IndexMap<String, Json>;
+
+/// `concurrency=16 input_len=1000`; `(single)` for a sweep without axes.
+pub fn label(values: &Values) -> String {
+    if values.is_empty() {
+        return "(single)".to_string();
+    }
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A value as written by people: strings without their quotes, anything else as JSON.
+pub fn value_text(value: &Json) -> String {
+    match value {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The cartesian product of the matrix, first key outermost, values in the order written.
+pub fn cartesian(matrix: &IndexMap<String, serde_saphyr::Spanned<Vec<Json>>>) -> Vec<Values> {
+    let mut points = vec![IndexMap::new()];
+    for (key, values) in matrix {
+        points = points
+            .into_iter()
+            .flat_map(|point| {
+                values.value.iter().map(move |v| {
+                    let mut p = point.clone();
+                    p.insert(key.clone(), v.clone());
+                    p
+                })
+            })
+            .collect();
+    }
+    points
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn labels_read_as_written() {
+        let mut values = Values::new();
+        assert_eq!(label(&values), "(single)");
+        values.insert("concurrency".into(), json!(16));
+        values.insert("model".into(), json!("a b"));
+        assert_eq!(label(&values), "concurrency=16 model=a b");
+    }
+}
