@@ -11,6 +11,7 @@
 
 mod manifest;
 mod run_dir;
+pub mod writer;
 
 pub use manifest::{manifest_for, HostEntry, Manifest};
 pub use run_dir::{read_manifest, read_records, slug, RunDir};

@@ -1,0 +1,145 @@
+//! One host's task: connect, gather its facts, run the steps in order, stop the servers it
+//! started, and report each step and the host's end as events.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use super::{rigrun_binary, OpenTransports};
+use crate::config::{Builtins, Config};
+use crate::events::{Event, EventSender, Status};
+use crate::plan;
+use crate::steps::{self, HostCtx};
+use crate::transport::Transport;
+
+/// Everything one host's task needs.
+pub(super) struct HostJob {
+    pub host: String,
+    pub config: Arc<Config>,
+    pub events: EventSender,
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    /// Where SSH control sockets live (one short-named folder per run).
+    pub control_dir: PathBuf,
+    pub open: OpenTransports,
+}
+
+/// Where a host stopped and why.
+struct Stop {
+    step: String,
+    error: String,
+}
+
+impl HostJob {
+    fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
+    }
+
+    /// Connects, runs the steps in order, stops the servers it started, and reports.
+    pub async fn run(self) -> Status {
+        self.emit(Event::HostConnecting {
+            host: self.host.clone(),
+        });
+        let result = self.connect_and_run().await;
+        let (status, stop) = match result {
+            Ok(None) => (Status::Ok, None),
+            Ok(Some(stop)) | Err(stop) => (Status::Failed, Some(stop)),
+        };
+        self.emit(Event::HostFinished {
+            host: self.host.clone(),
+            status,
+            failed_step: stop.as_ref().map(|s| s.step.clone()),
+            error: stop.map(|s| s.error),
+        });
+        status
+    }
+
+    async fn connect_and_run(&self) -> Result<Option<Stop>, Stop> {
+        let config = &self.config;
+        let spec = config.host(&self.host);
+        let fail = |step: &'static str| {
+            move |e: anyhow::Error| Stop {
+                step: step.to_string(),
+                error: format!("{e:#}"),
+            }
+        };
+        let transport = Transport::connect(&self.host, spec, config.inventory.known_hosts, &self.control_dir)
+            .await
+            .map_err(fail("connect"))?;
+        let transport = Arc::new(transport);
+        if let Ok(mut open) = self.open.lock() {
+            open.push(transport.clone());
+        }
+        let facts = crate::facts::gather(&transport).await.map_err(fail("connect"))?;
+        self.emit(Event::HostConnected {
+            host: self.host.clone(),
+            facts: facts.clone(),
+        });
+        let home = facts["home"].as_str().unwrap_or_default().to_string();
+        let mut ctx = HostCtx {
+            host: self.host.clone(),
+            transport,
+            events: self.events.clone(),
+            run_id: self.run_id.clone(),
+            run_dir: self.run_dir.clone(),
+            workdir: String::new(),
+            home,
+            servers: Vec::new(),
+        };
+        ctx.workdir = ctx.resolve(spec.workdir());
+        let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts)
+            .await
+            .map_err(fail("upload rigrun"))?;
+        let builtins = Builtins {
+            run_id: self.run_id.clone(),
+            rigrun,
+        };
+        let vars = config.host_vars(&self.host, &ctx.workdir, &builtins);
+        let stop = self.run_steps(&mut ctx, vars).await;
+        for server in ctx.servers.drain(..) {
+            server.stop();
+        }
+        Ok(stop)
+    }
+
+    /// Runs the steps in order; returns where the host stopped, if it failed.
+    async fn run_steps(&self, ctx: &mut HostCtx, mut vars: plan::HostVars) -> Option<Stop> {
+        let mut first_failure = None;
+        for (index, step) in self.config.playbook.steps.iter().enumerate() {
+            let label = format!("{}. {}", index + 1, step.display_name());
+            self.emit(Event::StepStarted {
+                host: self.host.clone(),
+                index,
+                name: step.display_name(),
+                kind: step.kind().to_string(),
+            });
+            let started = std::time::Instant::now();
+            let outcome = match plan::plan_step(&self.config, index, step, &vars, &HashSet::new()) {
+                Ok(planned) => steps::run(ctx, &planned, &vars).await,
+                Err(e) => steps::StepOutcome::failed(e.to_string(), serde_json::Value::Null),
+            };
+            self.emit(Event::StepFinished {
+                host: self.host.clone(),
+                index,
+                name: step.display_name(),
+                status: outcome.status,
+                error: outcome.error.clone(),
+                details: outcome.details,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+            vars.extend(outcome.provides);
+            if outcome.status == Status::Failed && first_failure.is_none() {
+                first_failure = Some(Stop {
+                    step: label,
+                    error: outcome.error.unwrap_or_default(),
+                });
+            }
+            if outcome.stop_host {
+                break;
+            }
+        }
+        first_failure
+    }
+}

@@ -1,0 +1,138 @@
+//! The executor: one task per host (steps in order), hosts in parallel. A host that fails stops
+//! only itself. Everything that happens goes out as events to the store and the progress display.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinSet;
+
+mod host;
+mod rigrun_binary;
+
+use crate::config::Config;
+use crate::events::{Event, EventSender, Status};
+use crate::progress::Progress;
+use crate::store::{self, manifest_for, RunDir};
+use crate::transport::Transport;
+
+pub struct RunOptions {
+    pub runs_dir: PathBuf,
+    /// Hosts run at once; all when None.
+    pub forks: Option<usize>,
+}
+
+/// How a run ended, for the summary and the exit code.
+pub struct RunOutcome {
+    pub run_dir: PathBuf,
+    pub status: Status,
+    /// One line per failed host: which step and why.
+    pub failures: Vec<String>,
+}
+
+/// Transports still open, so that Ctrl-C can close them after stopping the hosts' tasks.
+type OpenTransports = Arc<Mutex<Vec<Arc<Transport>>>>;
+
+pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> Result<RunOutcome> {
+    let started = Utc::now();
+    let run_id = RunDir::new_run_id(&opts.runs_dir, &config.playbook.name.value, started);
+    let run_dir = RunDir::create(&opts.runs_dir, manifest_for(&config, &run_id, started))?;
+    let run_path = run_dir.path.clone();
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let (store_failed_tx, store_failed) = oneshot::channel();
+    let store = store::writer::spawn(run_dir, progress, rx, store_failed_tx);
+    let _ = tx.send(Event::RunStarted {
+        run_id: run_id.clone(),
+        hosts: config.hosts.clone(),
+    });
+
+    let control_dir = tempfile::Builder::new()
+        .prefix("rigrun-")
+        .tempdir_in("/tmp")
+        .context("cannot create a control directory in /tmp")?;
+    let open: OpenTransports = Arc::default();
+    let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
+    let mut tasks = JoinSet::new();
+    for host in &config.hosts {
+        let job = host::HostJob {
+            host: host.clone(),
+            config: config.clone(),
+            events: tx.clone(),
+            run_id: run_id.clone(),
+            run_dir: run_path.clone(),
+            control_dir: control_dir.path().to_path_buf(),
+            open: open.clone(),
+        };
+        let forks = forks.clone();
+        tasks.spawn(async move {
+            let _turn = forks.acquire_owned().await;
+            job.run().await
+        });
+    }
+
+    let status = wait_or_interrupt(&mut tasks, &tx, store_failed).await;
+    let transports: Vec<_> = open
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
+    for transport in transports {
+        transport.close().await;
+    }
+    let _ = tx.send(Event::RunFinished { status });
+    drop(tx);
+    let run_dir = store
+        .join()
+        .map_err(|_| anyhow::anyhow!("the run store stopped unexpectedly"))??;
+    let failures = run_dir
+        .manifest
+        .hosts
+        .iter()
+        .filter(|(_, h)| h.status != Some(Status::Ok))
+        .map(|(name, h)| summary_line(name, h))
+        .collect();
+    Ok(RunOutcome {
+        run_dir: run_path,
+        status,
+        failures,
+    })
+}
+
+/// Waits for every host, for Ctrl-C, or for the store to fail; returns how the run ended.
+async fn wait_or_interrupt(
+    tasks: &mut JoinSet<Status>,
+    tx: &EventSender,
+    store_failed: oneshot::Receiver<()>,
+) -> Status {
+    let mut all_ok = true;
+    let stopped = tokio::select! {
+        _ = async {
+            while let Some(done) = tasks.join_next().await {
+                all_ok &= matches!(done, Ok(Status::Ok));
+            }
+        } => None,
+        _ = tokio::signal::ctrl_c() => Some(Status::Interrupted),
+        Ok(()) = store_failed => Some(Status::Failed),
+    };
+    if let Some(status) = stopped {
+        // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
+        // the commands' process groups.
+        tasks.shutdown().await;
+        let _ = tx.send(Event::Interrupted);
+        return status;
+    }
+    if all_ok {
+        Status::Ok
+    } else {
+        Status::Failed
+    }
+}
+
+fn summary_line(name: &str, host: &crate::store::HostEntry) -> String {
+    match (&host.failed_step, &host.error) {
+        (Some(step), Some(error)) => format!("{name}: failed at {step}: {error}"),
+        _ if host.status == Some(Status::Failed) => format!("{name}: failed"),
+        _ => format!("{name}: interrupted"),
+    }
+}
