@@ -52,7 +52,7 @@ pub enum Event {
     },
     HostConnected {
         host: String,
-        facts: Json,
+        facts: crate::facts::HostFacts,
     },
     StepStarted {
         host: String,

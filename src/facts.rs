@@ -1,15 +1,120 @@
-//! Host facts, gathered in one round trip when a host connects and kept in the manifest, so that
-//! every table can say what it measured: the machine (CPU, memory, kernel, OS), its GPUs
-//! (`nvidia-smi --query-gpu`) and how they are linked (`nvidia-smi topo -m`). A missing tool is
-//! recorded as absent, never an error; only `home` is required.
+//! Facts, typed: what a host is (gathered in one round trip when it connects: the machine's CPU,
+//! memory, kernel and OS, its GPUs from `nvidia-smi --query-gpu` and how they are linked from
+//! `nvidia-smi topo -m`) and what its inference server says of itself. They are kept in the
+//! manifest, so that every table can say what it measured, and read back by the progress display
+//! and the reports under these names. A missing tool is recorded as absent, never an error.
+//!
+//! A ground floor: it imports nothing of rigrun; the executor runs [`COMMAND`] on the host.
 
-use anyhow::{bail, Result};
-use serde_json::{json, Map, Value as Json};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
 
-use crate::transport::Transport;
+/// What a host is. Serialized under the same keys as the untyped facts of earlier releases, so
+/// their run directories still load.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostFacts {
+    /// The login directory (`~/` paths resolve against it); the only fact required.
+    pub home: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// `uname -sr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// `uname -m`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_kib: Option<u64>,
+    /// `present`, `absent`, or `failed: <what it said>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvidia_smi: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_count: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
+    /// One line: NVLink between all, some or none of the GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_interconnect: Option<String>,
+    /// The matrix of `nvidia-smi topo -m`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_topology: Option<String>,
+}
+
+/// One GPU as `nvidia-smi --query-gpu` lists it (fields as it prints them, units included).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "GpuEntry")]
+pub struct Gpu {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_limit: Option<String>,
+}
+
+/// A GPU as stored: its fields, or (runs from before GPUs were parsed) the CSV line nvidia-smi
+/// printed, of which the name is the first field.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GpuEntry {
+    Line(String),
+    Fields {
+        name: String,
+        memory: Option<String>,
+        driver: Option<String>,
+        power_limit: Option<String>,
+    },
+}
+
+impl From<GpuEntry> for Gpu {
+    fn from(entry: GpuEntry) -> Gpu {
+        match entry {
+            GpuEntry::Line(line) => Gpu {
+                name: line.split(',').next().unwrap_or_default().to_string(),
+                ..Gpu::default()
+            },
+            GpuEntry::Fields {
+                name,
+                memory,
+                driver,
+                power_limit,
+            } => Gpu {
+                name,
+                memory,
+                driver,
+                power_limit,
+            },
+        }
+    }
+}
+
+/// What an inference server says of itself (verify-server asks `/v1/models`, vLLM's `/version`,
+/// SGLang's `/get_server_info`, llama.cpp's `/props`); kept in the step's details.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerFacts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// How the server was launched, as it reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_args: Option<serde_json::Map<String, Json>>,
+    /// Per endpoint asked: `ok` or `absent (why)`.
+    pub endpoints: IndexMap<String, String>,
+}
 
 /// One command that prints `key<TAB>value` lines; a missing tool prints nothing for its key.
-const FACTS_COMMAND: &str = r#"printf 'home\t%s\n' "$HOME"
+pub const COMMAND: &str = r#"printf 'home\t%s\n' "$HOME"
 printf 'hostname\t%s\n' "$(uname -n)"
 printf 'kernel\t%s\n' "$(uname -sr)"
 printf 'arch\t%s\n' "$(uname -m)"
@@ -35,63 +140,62 @@ else
 fi
 "#;
 
-/// Gathers the facts; `home` is required (paths like `~/.rigrun` resolve against it).
-pub async fn gather(transport: &Transport) -> Result<Json> {
-    let out = transport.output(FACTS_COMMAND).await?;
-    let facts = parse(&out);
-    if facts.get("home").and_then(Json::as_str).unwrap_or("").is_empty() {
-        bail!("the host did not report its home directory ($HOME is empty)");
-    }
-    Ok(facts)
-}
-
-/// `key<TAB>value` lines into an object: repeated `gpu` lines become a list of GPUs, `topo`
-/// lines the topology matrix and a one-line summary of how the GPUs are linked.
-pub fn parse(out: &str) -> Json {
-    let mut facts = Map::new();
-    let mut gpus = Vec::new();
+/// What [`COMMAND`] printed, as facts: repeated `gpu` lines become the list of GPUs, `topo`
+/// lines the topology matrix and a one-line summary of how the GPUs are linked. Fails when the
+/// host reported no home directory.
+pub fn parse(out: &str) -> Result<HostFacts, String> {
+    let mut facts = HostFacts::default();
     let mut topo = Vec::new();
     for line in out.lines() {
         let Some((key, value)) = line.split_once('\t') else {
             continue;
         };
+        let text = || Some(value.trim().to_string());
         match key {
-            "gpu" => gpus.push(gpu(value.trim())),
+            "gpu" => facts.gpus.push(gpu(value.trim())),
             "topo" => topo.push(strip_ansi(value.trim_end())),
-            "cpus" | "memory_kib" => {
-                if let Ok(n) = value.trim().parse::<u64>() {
-                    facts.insert(key.into(), n.into());
-                }
-            }
-            _ => {
-                facts.insert(key.into(), value.trim().into());
-            }
+            "cpus" => facts.cpus = value.trim().parse().ok(),
+            "memory_kib" => facts.memory_kib = value.trim().parse().ok(),
+            "home" => facts.home = value.trim().to_string(),
+            "hostname" => facts.hostname = text(),
+            "kernel" => facts.kernel = text(),
+            "arch" => facts.arch = text(),
+            "os" => facts.os = text(),
+            "cpu" => facts.cpu = text(),
+            "nvidia_smi" => facts.nvidia_smi = text(),
+            _ => {}
         }
     }
-    if !gpus.is_empty() {
-        facts.insert("gpu_count".into(), gpus.len().into());
-        facts.insert("gpus".into(), Json::Array(gpus));
+    if !facts.gpus.is_empty() {
+        facts.gpu_count = Some(facts.gpus.len() as u64);
     }
     let matrix = topology_matrix(&topo);
     if !matrix.is_empty() {
-        if let Some(summary) = interconnect(&matrix) {
-            facts.insert("gpu_interconnect".into(), summary.into());
-        }
-        facts.insert("gpu_topology".into(), matrix.join("\n").into());
+        facts.gpu_interconnect = interconnect(&matrix);
+        facts.gpu_topology = Some(matrix.join("\n"));
     }
-    Json::Object(facts)
+    if facts.home.is_empty() {
+        return Err("the host did not report its home directory ($HOME is empty)".into());
+    }
+    Ok(facts)
 }
 
 /// One `--query-gpu` CSV line: `name, memory.total, driver_version, power.limit`. The name is
 /// everything before the last three fields, in case it holds a comma.
-fn gpu(line: &str) -> Json {
+fn gpu(line: &str) -> Gpu {
     let mut fields: Vec<&str> = line.rsplitn(4, ',').map(str::trim).collect();
     fields.reverse();
     match fields.as_slice() {
-        [name, memory, driver, power] => json!({
-            "name": name, "memory": memory, "driver": driver, "power_limit": power,
-        }),
-        _ => json!({ "name": line }),
+        [name, memory, driver, power] => Gpu {
+            name: name.to_string(),
+            memory: Some(memory.to_string()),
+            driver: Some(driver.to_string()),
+            power_limit: Some(power.to_string()),
+        },
+        _ => Gpu {
+            name: line.to_string(),
+            ..Gpu::default()
+        },
     }
 }
 
@@ -186,59 +290,88 @@ mod tests {
         text.lines().map(|l| format!("topo\t{l}\n")).collect()
     }
 
+    /// Facts from `lines`, with a home directory.
+    fn parsed(lines: &str) -> HostFacts {
+        parse(&format!("home\t/root\n{lines}")).unwrap()
+    }
+
     #[test]
     fn parses_lines_and_gpus() {
-        let out = "home\t/root\narch\tx86_64\ncpus\t64\nnvidia_smi\tpresent\ngpu\tNVIDIA RTX A6000, 49140 MiB, 570.86, 300.00 W\ngpu\tNVIDIA RTX A6000, 49140 MiB, 570.86, 300.00 W\n";
-        let f = parse(out);
-        assert_eq!(f["home"], "/root");
-        assert_eq!(f["cpus"], 64);
-        assert_eq!(f["gpu_count"], 2);
-        assert_eq!(f["gpus"][0]["name"], "NVIDIA RTX A6000");
-        assert_eq!(f["gpus"][0]["memory"], "49140 MiB");
-        assert_eq!(f["gpus"][0]["driver"], "570.86");
-        assert_eq!(f["gpus"][1]["power_limit"], "300.00 W");
+        let out = "arch\tx86_64\ncpus\t64\nnvidia_smi\tpresent\ngpu\tNVIDIA RTX A6000, 49140 MiB, 570.86, 300.00 W\ngpu\tNVIDIA RTX A6000, 49140 MiB, 570.86, 300.00 W\n";
+        let f = parsed(out);
+        assert_eq!(f.home, "/root");
+        assert_eq!(f.cpus, Some(64));
+        assert_eq!(f.gpu_count, Some(2));
+        assert_eq!(f.gpus[0].name, "NVIDIA RTX A6000");
+        assert_eq!(f.gpus[0].memory.as_deref(), Some("49140 MiB"));
+        assert_eq!(f.gpus[0].driver.as_deref(), Some("570.86"));
+        assert_eq!(f.gpus[1].power_limit.as_deref(), Some("300.00 W"));
+        assert!(parse("arch\tx86_64\n").unwrap_err().contains("home directory"));
     }
 
     #[test]
     fn summarizes_the_topology() {
-        let f = parse(&topo_lines(TOPO_NVLINK));
-        assert_eq!(f["gpu_interconnect"], "NVLink between all GPUs (NV4)");
-        let matrix = f["gpu_topology"].as_str().unwrap();
+        let f = parsed(&topo_lines(TOPO_NVLINK));
+        assert_eq!(
+            f.gpu_interconnect.as_deref(),
+            Some("NVLink between all GPUs (NV4)")
+        );
+        let matrix = f.gpu_topology.unwrap();
         assert!(
             matrix.starts_with("\tGPU0\tGPU1") && !matrix.contains("Legend"),
             "{matrix}"
         );
-        let f = parse(&topo_lines(TOPO_PCIE));
+        let f = parsed(&topo_lines(TOPO_PCIE));
         assert_eq!(
-            f["gpu_interconnect"],
-            "no NVLink: GPUs talk over PCIe (up to SYS)"
+            f.gpu_interconnect.as_deref(),
+            Some("no NVLink: GPUs talk over PCIe (up to SYS)")
         );
         let mixed = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV18\tSYS\nGPU1\tNV18\t X \tSYS\nGPU2\tSYS\tSYS\t X \n";
         assert_eq!(
-            parse(&topo_lines(mixed))["gpu_interconnect"],
-            "NVLink between some GPUs (NV18); the others over PCIe (up to SYS)"
+            parsed(&topo_lines(mixed)).gpu_interconnect.as_deref(),
+            Some("NVLink between some GPUs (NV18); the others over PCIe (up to SYS)")
         );
         let underlined = "topo\t\u{1b}[4m\tGPU0\tCPU Affinity\u{1b}[0m\ntopo\tGPU0\t X \t0-7\n";
-        assert_eq!(parse(underlined)["gpu_interconnect"], "single GPU");
+        assert_eq!(parsed(underlined).gpu_interconnect.as_deref(), Some("single GPU"));
     }
 
     #[test]
     fn a_missing_or_failing_nvidia_smi_is_recorded() {
-        assert_eq!(parse("nvidia_smi\tabsent\n")["nvidia_smi"], "absent");
-        let f = parse("nvidia_smi\tfailed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n");
-        assert!(f["nvidia_smi"]
-            .as_str()
-            .unwrap()
-            .starts_with("failed: NVIDIA-SMI"));
-        assert!(f.get("gpus").is_none());
+        assert_eq!(
+            parsed("nvidia_smi\tabsent\n").nvidia_smi.as_deref(),
+            Some("absent")
+        );
+        let f = parsed("nvidia_smi\tfailed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n");
+        assert!(f.nvidia_smi.unwrap().starts_with("failed: NVIDIA-SMI"));
+        assert!(f.gpus.is_empty());
     }
 
-    #[tokio::test]
-    async fn gathers_facts_on_this_machine() {
-        let t = Transport::Local(crate::transport::LocalTransport::new());
-        let f = gather(&t).await.unwrap();
-        assert_eq!(f["home"].as_str().unwrap(), std::env::var("HOME").unwrap());
-        assert_eq!(f["arch"].as_str().unwrap(), std::env::consts::ARCH);
-        assert!(f["nvidia_smi"].is_string());
+    #[test]
+    fn facts_keep_the_keys_of_earlier_releases() {
+        let f = parsed("hostname\tbox\ncpus\t8\nnvidia_smi\tpresent\ngpu\tNVIDIA A100, 80 GB, 550, 400 W\n");
+        let json = serde_json::to_value(&f).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["home", "hostname", "cpus", "nvidia_smi", "gpu_count", "gpus"]
+        );
+        assert_eq!(json["gpus"][0]["power_limit"], "400 W");
+        // A GPU stored as nvidia-smi's line reads back with its name.
+        let old: HostFacts =
+            serde_json::from_str(r#"{"home": "/h", "gpus": ["NVIDIA A100, 80 GB"]}"#).unwrap();
+        assert_eq!(old.gpus[0].name, "NVIDIA A100");
+        assert_eq!(serde_json::from_value::<HostFacts>(json).unwrap(), f);
+    }
+
+    #[test]
+    fn the_command_runs_here() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", COMMAND])
+            .output()
+            .unwrap();
+        let f = parse(&String::from_utf8_lossy(&out.stdout)).unwrap();
+        assert_eq!(f.home, std::env::var("HOME").unwrap());
+        assert_eq!(f.arch.as_deref(), Some(std::env::consts::ARCH));
+        assert!(f.nvidia_smi.is_some());
     }
 }

@@ -68,9 +68,9 @@ impl Progress {
         match event {
             Event::HostConnecting { host } => self.status(host, "connecting".into()),
             Event::HostConnected { host, facts } => {
-                let arch = facts["arch"].as_str().unwrap_or("?");
-                let gpus = facts["gpu_count"]
-                    .as_u64()
+                let arch = facts.arch.as_deref().unwrap_or("?");
+                let gpus = facts
+                    .gpu_count
                     .map(|n| format!(", {n} GPU(s)"))
                     .unwrap_or_default();
                 self.status(host, format!("connected ({arch}{gpus})"));

@@ -72,12 +72,12 @@ impl HostJob {
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
-        let facts = crate::facts::gather(&transport).await.map_err(fail("connect"))?;
+        let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
         self.emit(Event::HostConnected {
             host: self.host.clone(),
             facts: facts.clone(),
         });
-        let home = facts["home"].as_str().unwrap_or_default().to_string();
+        let home = facts.home.clone();
         let mut ctx = HostCtx {
             host: self.host.clone(),
             transport,
@@ -142,4 +142,10 @@ impl HostJob {
         }
         first_failure
     }
+}
+
+/// The host's facts, in one round trip.
+async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
+    let out = transport.output(crate::facts::COMMAND).await?;
+    crate::facts::parse(&out).map_err(anyhow::Error::msg)
 }

@@ -16,7 +16,7 @@ pub async fn path_on_host(
     config: &Config,
     host: &str,
     ctx: &HostCtx,
-    facts: &serde_json::Value,
+    facts: &crate::facts::HostFacts,
 ) -> Result<String> {
     let exe = std::env::current_exe().context("cannot find the running rigrun binary")?;
     if config.host(host).connection == Connection::Local {
@@ -26,7 +26,7 @@ pub async fn path_on_host(
     if !playbook_uses(config, "rigrun") {
         return Ok(dest);
     }
-    let host_arch = facts["arch"].as_str().unwrap_or("unknown");
+    let host_arch = facts.arch.as_deref().unwrap_or("unknown");
     if host_arch != std::env::consts::ARCH {
         anyhow::bail!(
             "the playbook runs {{{{ rigrun }}}} on {}, but that host is {host_arch} and this \

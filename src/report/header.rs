@@ -4,6 +4,7 @@
 
 use serde_json::Value as Json;
 
+use crate::facts::{Gpu, HostFacts as Facts, ServerFacts};
 use crate::point::value_text;
 use crate::store::{HostEntry, Manifest};
 
@@ -88,26 +89,26 @@ impl Header {
 
 fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
     let facts = &entry.facts;
-    let text = |key: &str| facts.get(key).and_then(Json::as_str).map(str::to_string);
     let mut lines = Vec::new();
     if let Some(gpus) = gpu_line(facts) {
         lines.push(("GPUs".to_string(), gpus));
     }
-    if let Some(links) = text("gpu_interconnect") {
-        lines.push(("GPU links".to_string(), links));
+    if let Some(links) = &facts.gpu_interconnect {
+        lines.push(("GPU links".to_string(), links.clone()));
     }
     if let Some(cpu) = cpu_line(facts) {
         lines.push(("CPU".to_string(), cpu));
     }
-    let system: Vec<String> = ["hostname", "os", "kernel", "arch"]
-        .iter()
-        .filter_map(|k| text(k))
+    let system: Vec<String> = [&facts.hostname, &facts.os, &facts.kernel, &facts.arch]
+        .into_iter()
+        .flatten()
+        .cloned()
         .collect();
     if !system.is_empty() {
         lines.push(("system".to_string(), system.join(", ")));
     }
     let server = server_facts(entry);
-    if let Some(summary) = server.map(server_line) {
+    if let Some(summary) = server.as_ref().map(server_line) {
         lines.push(("server".to_string(), summary));
     }
     HostFacts {
@@ -119,24 +120,24 @@ fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
             .collect::<Vec<_>>()
             .join(", "),
         lines,
-        topology: text("gpu_topology"),
-        launch_args: server.and_then(|s| s.get("launch_args").and_then(Json::as_object).cloned()),
+        topology: facts.gpu_topology.clone(),
+        launch_args: server.and_then(|s| s.launch_args),
     }
 }
 
 /// `8× NVIDIA RTX PRO 6000 (97887 MiB, power limit 600.00 W), driver 575.57.08`; GPUs of
 /// different kinds are counted separately; without GPUs, what nvidia-smi said.
-fn gpu_line(facts: &Json) -> Option<String> {
-    let Some(gpus) = facts.get("gpus").and_then(Json::as_array) else {
-        return match facts.get("nvidia_smi").and_then(Json::as_str) {
+fn gpu_line(facts: &Facts) -> Option<String> {
+    if facts.gpus.is_empty() {
+        return match facts.nvidia_smi.as_deref() {
             Some("absent") => Some("none found (nvidia-smi absent)".to_string()),
             Some(other) if other != "present" => Some(format!("unknown (nvidia-smi {other})")),
             _ => None,
         };
-    };
+    }
     let mut kinds: Vec<(String, usize)> = Vec::new();
     let mut drivers: Vec<&str> = Vec::new();
-    for gpu in gpus {
+    for gpu in &facts.gpus {
         let (kind, driver) = gpu_kind(gpu);
         match kinds.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,
@@ -154,15 +155,11 @@ fn gpu_line(facts: &Json) -> Option<String> {
 }
 
 /// One GPU as `name (memory, power limit …)`, and its driver.
-fn gpu_kind(gpu: &Json) -> (String, Option<&str>) {
-    let field = |k: &str| gpu.get(k).and_then(Json::as_str).filter(|v| !v.is_empty());
-    // Runs from before GPUs were parsed kept the CSV line.
-    let name = gpu.as_str().map_or(field("name").unwrap_or("GPU"), |s| {
-        s.split(',').next().unwrap_or(s)
-    });
+fn gpu_kind(gpu: &Gpu) -> (String, Option<&str>) {
+    let name = Some(gpu.name.as_str()).filter(|n| !n.is_empty()).unwrap_or("GPU");
     let details: Vec<String> = [
-        field("memory").map(str::to_string),
-        field("power_limit").map(|p| format!("power limit {p}")),
+        field(&gpu.memory).map(str::to_string),
+        field(&gpu.power_limit).map(|p| format!("power limit {p}")),
     ]
     .into_iter()
     .flatten()
@@ -171,19 +168,24 @@ fn gpu_kind(gpu: &Json) -> (String, Option<&str>) {
         true => name.to_string(),
         false => format!("{name} ({})", details.join(", ")),
     };
-    (kind, field("driver"))
+    (kind, field(&gpu.driver))
+}
+
+/// A field that is present and not empty.
+fn field(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
 }
 
 /// `AMD EPYC 9555 64-Core Processor, 128 threads, 1.5 TiB memory`.
-fn cpu_line(facts: &Json) -> Option<String> {
+fn cpu_line(facts: &Facts) -> Option<String> {
     let mut parts = Vec::new();
-    if let Some(cpu) = facts.get("cpu").and_then(Json::as_str) {
-        parts.push(cpu.to_string());
+    if let Some(cpu) = &facts.cpu {
+        parts.push(cpu.clone());
     }
-    if let Some(n) = facts.get("cpus").and_then(Json::as_u64) {
+    if let Some(n) = facts.cpus {
         parts.push(format!("{n} threads"));
     }
-    if let Some(kib) = facts.get("memory_kib").and_then(Json::as_u64) {
+    if let Some(kib) = facts.memory_kib {
         parts.push(format!("{} memory", memory(kib)));
     }
     (!parts.is_empty()).then(|| parts.join(", "))
@@ -198,25 +200,26 @@ fn memory(kib: u64) -> String {
     }
 }
 
-/// The server facts verify-server recorded (the last verify-server step of the host).
-fn server_facts(entry: &HostEntry) -> Option<&Json> {
+/// The server facts verify-server recorded (the last verify-server step of the host that
+/// recorded any).
+fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
     entry
         .steps
         .iter()
         .rev()
         .filter(|s| s.kind == "verify-server")
-        .find_map(|s| s.details.get("server_facts"))
-        .filter(|f| f.is_object())
+        .filter_map(|s| s.details.get("server_facts").filter(|f| f.is_object()))
+        .find_map(|f| serde_json::from_value(f.clone()).ok())
 }
 
 /// `sglang 0.4.6, tp_size=8, quantization=modelopt_fp4` or `rigrun (no version reported)`.
-fn server_line(facts: &Json) -> String {
-    let engine = facts.get("engine").and_then(Json::as_str).unwrap_or("server");
-    let mut line = match facts.get("version").and_then(Json::as_str) {
+fn server_line(facts: &ServerFacts) -> String {
+    let engine = facts.engine.as_deref().unwrap_or("server");
+    let mut line = match &facts.version {
         Some(v) => format!("{engine} {v}"),
         None => format!("{engine} (no version reported)"),
     };
-    if let Some(args) = facts.get("launch_args").and_then(Json::as_object) {
+    if let Some(args) = &facts.launch_args {
         let shown: Vec<String> = KEY_ARGS
             .iter()
             .filter_map(|k| args.get(*k).filter(|v| !v.is_null()).map(|v| (k, v)))
@@ -237,33 +240,36 @@ mod tests {
 
     #[test]
     fn gpus_are_counted_by_kind_with_their_driver() {
-        let facts = json!({"gpus": [
+        let facts = |v: serde_json::Value| serde_json::from_value::<Facts>(v).unwrap();
+        let two = facts(json!({"gpus": [
             {"name": "NVIDIA RTX A6000", "memory": "49140 MiB", "driver": "570.86", "power_limit": "300.00 W"},
             {"name": "NVIDIA RTX A6000", "memory": "49140 MiB", "driver": "570.86", "power_limit": "300.00 W"},
-        ]});
+        ]}));
         assert_eq!(
-            gpu_line(&facts).unwrap(),
+            gpu_line(&two).unwrap(),
             "2× NVIDIA RTX A6000 (49140 MiB, power limit 300.00 W), driver 570.86"
         );
         assert_eq!(
-            gpu_line(&json!({"nvidia_smi": "absent"})).unwrap(),
+            gpu_line(&facts(json!({"nvidia_smi": "absent"}))).unwrap(),
             "none found (nvidia-smi absent)"
         );
         assert_eq!(
-            gpu_line(&json!({"gpus": ["NVIDIA A100, 80 GB"]})).unwrap(),
+            gpu_line(&facts(json!({"gpus": ["NVIDIA A100, 80 GB"]}))).unwrap(),
             "1× NVIDIA A100"
         );
-        assert_eq!(gpu_line(&json!({})), None);
+        assert_eq!(gpu_line(&Facts::default()), None);
     }
 
     #[test]
     fn the_server_line_names_engine_version_and_key_arguments() {
         let f = json!({"engine": "sglang", "version": "0.4.6", "launch_args": {"tp_size": 8, "model_path": "Qwen/Q", "log_level": "info"}});
+        let f: ServerFacts = serde_json::from_value(f).unwrap();
         assert_eq!(server_line(&f), "sglang 0.4.6, model_path=Qwen/Q, tp_size=8");
-        assert_eq!(
-            server_line(&json!({"engine": "rigrun"})),
-            "rigrun (no version reported)"
-        );
+        let bare = ServerFacts {
+            engine: Some("rigrun".into()),
+            ..ServerFacts::default()
+        };
+        assert_eq!(server_line(&bare), "rigrun (no version reported)");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value as Json};
 
+use crate::facts::ServerFacts;
 use crate::http::{excerpt, explain};
 use crate::transport::HttpEndpoint;
 
@@ -79,7 +80,7 @@ const SELF_DESCRIPTIONS: [&str; 3] = ["/version", "/get_server_info", "/props"];
 
 /// What the server tells about itself beyond `/v1/models`: engine, version and launch
 /// arguments, where it tells them. An endpoint that does not answer is recorded as absent.
-pub async fn server_facts(endpoint: &HttpEndpoint, api_key: Option<&str>, models: &Json) -> Json {
+pub async fn server_facts(endpoint: &HttpEndpoint, api_key: Option<&str>, models: &Json) -> ServerFacts {
     let [a, b, c] = SELF_DESCRIPTIONS;
     let (a, b, c) = tokio::join!(
         get_json(endpoint, a, api_key),
@@ -110,37 +111,40 @@ async fn get_json(endpoint: &HttpEndpoint, path: &str, api_key: Option<&str>) ->
     serde_json::from_str(&body).map_err(|_| anyhow::anyhow!("not JSON: {}", excerpt(body.as_bytes())))
 }
 
-/// Folds the self-descriptions into `engine`, `version`, `launch_args` and, per endpoint, `ok`
-/// or `absent (why)`. The engine comes from `/v1/models` (`owned_by`) unless an endpoint that
-/// only one engine has answers.
-pub fn summarize_server(models: &Json, replies: &[(&str, Result<Json>)]) -> Json {
-    let mut facts = serde_json::Map::new();
-    if let Some(owner) = models.pointer("/data/0/owned_by").and_then(Json::as_str) {
-        facts.insert("engine".into(), owner.into());
-    }
-    let mut endpoints = serde_json::Map::new();
+/// Folds the self-descriptions into the engine, its version, its launch arguments and, per
+/// endpoint, `ok` or `absent (why)`. The engine comes from `/v1/models` (`owned_by`) unless an
+/// endpoint that only one engine has answers.
+pub fn summarize_server(models: &Json, replies: &[(&str, Result<Json>)]) -> ServerFacts {
+    let mut facts = ServerFacts {
+        engine: models
+            .pointer("/data/0/owned_by")
+            .and_then(Json::as_str)
+            .map(str::to_string),
+        ..ServerFacts::default()
+    };
     for (path, reply) in replies {
         let reply = match reply {
             Ok(reply) => reply,
             Err(e) => {
-                endpoints.insert(path.to_string(), format!("absent ({e:#})").into());
+                facts
+                    .endpoints
+                    .insert(path.to_string(), format!("absent ({e:#})"));
                 continue;
             }
         };
-        endpoints.insert(path.to_string(), "ok".into());
+        facts.endpoints.insert(path.to_string(), "ok".into());
         let (engine, version, args) = describe(path, reply);
         if let Some(engine) = engine {
-            facts.insert("engine".into(), engine.into());
+            facts.engine = Some(engine.into());
         }
-        if let Some(version) = version {
-            facts.entry("version").or_insert(version);
+        if facts.version.is_none() {
+            facts.version = version.and_then(|v| v.as_str().map(str::to_string));
         }
-        if let Some(args) = args {
-            facts.insert("launch_args".into(), args);
+        if let Some(Json::Object(args)) = args {
+            facts.launch_args = Some(args);
         }
     }
-    facts.insert("endpoints".into(), Json::Object(endpoints));
-    Json::Object(facts)
+    facts
 }
 
 /// What one self-description says: (engine, version, launch arguments).
@@ -278,26 +282,26 @@ mod tests {
                 ("/get_server_info", Err(anyhow::anyhow!("HTTP 404 Not Found"))),
             ],
         );
-        assert_eq!(vllm["engine"], "vllm");
-        assert_eq!(vllm["version"], "0.9.1");
-        assert!(vllm.get("launch_args").is_none());
-        assert_eq!(
-            vllm["endpoints"]["/get_server_info"],
-            "absent (HTTP 404 Not Found)"
-        );
+        assert_eq!(vllm.engine.as_deref(), Some("vllm"));
+        assert_eq!(vllm.version.as_deref(), Some("0.9.1"));
+        assert!(vllm.launch_args.is_none());
+        assert_eq!(vllm.endpoints["/get_server_info"], "absent (HTTP 404 Not Found)");
         let info = json!({"model_path": "Qwen/Qwen3.6-27B", "tp_size": 8, "version": "0.4.6", "internal_states": [{}]});
         let sglang = summarize_server(&json!({}), &[("/get_server_info", Ok(info))]);
-        assert_eq!(sglang["engine"], "sglang");
-        assert_eq!(sglang["version"], "0.4.6");
+        assert_eq!(sglang.engine.as_deref(), Some("sglang"));
+        assert_eq!(sglang.version.as_deref(), Some("0.4.6"));
         assert_eq!(
-            sglang["launch_args"],
+            Json::Object(sglang.launch_args.unwrap()),
             json!({"model_path": "Qwen/Qwen3.6-27B", "tp_size": 8})
         );
         let none = summarize_server(
             &json!({"data": []}),
             &[("/version", Err(anyhow::anyhow!("HTTP 404")))],
         );
-        assert_eq!(none, json!({"endpoints": {"/version": "absent (HTTP 404)"}}));
+        assert_eq!(
+            serde_json::to_value(none).unwrap(),
+            json!({"endpoints": {"/version": "absent (HTTP 404)"}})
+        );
     }
 
     #[test]

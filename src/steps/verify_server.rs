@@ -36,7 +36,8 @@ pub async fn run(
         "waited_seconds": waited.as_secs_f64(),
         "reply": info.reply,
     });
-    details["server_facts"] = server_facts(&endpoint, api_key.as_deref(), &info.reply).await;
+    let facts = server_facts(&endpoint, api_key.as_deref(), &info.reply).await;
+    details["server_facts"] = serde_json::to_value(facts)?;
     if let Some(model) = model {
         if !info.models.iter().any(|m| m == model) {
             let served = if info.models.is_empty() {

@@ -8,8 +8,15 @@ use serde_json::Value as Json;
 use crate::config::reference::Reference;
 use crate::events::{Event, Status};
 
+/// The format of run.json this rigrun writes. 0 stands for runs written before the field
+/// existed (rigrun 0.1.0), whose layout is the same as 1's.
+pub const FORMAT: u32 = 1;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Manifest {
+    /// See [`FORMAT`]; a reader refuses a format newer than its own.
+    #[serde(default)]
+    pub format: u32,
     pub run_id: String,
     pub tool: Tool,
     pub playbook: PlaybookInfo,
@@ -52,7 +59,7 @@ pub struct HostEntry {
     #[serde(default)]
     pub labels: IndexMap<String, String>,
     #[serde(default)]
-    pub facts: Json,
+    pub facts: crate::facts::HostFacts,
     #[serde(default)]
     pub steps: Vec<StepEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +175,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         })
         .collect();
     Manifest {
+        format: FORMAT,
         run_id: run_id.to_string(),
         tool: Tool {
             name: "rigrun".into(),

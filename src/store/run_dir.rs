@@ -121,7 +121,19 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join("run.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("{} is not a run directory (no readable run.json)", dir.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: not a rigrun manifest", path.display()))
+    let manifest: Manifest =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a rigrun manifest", path.display()))?;
+    if manifest.format > super::manifest::FORMAT {
+        anyhow::bail!(
+            "{} was written by a newer rigrun (run.json format {}; this rigrun {} reads formats up \
+             to {}); update rigrun to read it",
+            path.display(),
+            manifest.format,
+            env!("CARGO_PKG_VERSION"),
+            super::manifest::FORMAT
+        );
+    }
+    Ok(manifest)
 }
 
 /// Reads `records.jsonl`; a line cut short by a crash is reported with its line number.
@@ -155,6 +167,30 @@ mod tests {
         assert_eq!(slug("../etc"), "_etc");
         assert_eq!(slug(".."), "_");
         assert_eq!(slug("a/b"), "a_b");
+    }
+
+    #[test]
+    fn a_run_from_a_newer_rigrun_is_refused_with_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/20261201T102538Z-demo/run.json");
+        let mut run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        assert!(
+            run.get("format").is_none(),
+            "the fixture predates the format field"
+        );
+        std::fs::write(dir.path().join("run.json"), run.to_string()).unwrap();
+        let old = read_manifest(dir.path()).unwrap();
+        assert_eq!((old.format, old.hosts.len()), (0, 2));
+        assert_eq!(old.hosts["a6000"].facts.home, "/root");
+        run["format"] = (super::super::manifest::FORMAT + 1).into();
+        std::fs::write(dir.path().join("run.json"), run.to_string()).unwrap();
+        let err = format!("{:#}", read_manifest(dir.path()).unwrap_err());
+        assert!(
+            err.contains("written by a newer rigrun") && err.contains("update rigrun"),
+            "{err}"
+        );
     }
 
     #[test]
