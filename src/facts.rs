@@ -201,20 +201,7 @@ fn gpu(line: &str) -> Gpu {
 
 /// nvidia-smi underlines the header on some versions, even into a pipe.
 fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for end in chars.by_ref() {
-                if end.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    console::strip_ansi_codes(text).into_owned()
 }
 
 /// The matrix part of `nvidia-smi topo -m` (the legend that follows it says nothing per host).

@@ -14,6 +14,8 @@ use super::playbook::Quoting;
 
 /// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters. A
 /// leading `~/` stays outside the quotes so that the shell still expands it to the home folder.
+/// (Not `shlex::try_quote`: it has no such rule, and it would quote words that need none, which
+/// would change every command `rigrun plan` shows.)
 pub fn shell_quote(text: &str) -> String {
     if let Some(rest) = text.strip_prefix("~/") {
         return format!(
