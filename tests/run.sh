@@ -25,9 +25,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# The test binaries that need only this machine and a loopback sshd.
-fast_tests=(config_errors shipped_playbooks ssh_run bench_faults bench_sim bench_sweep
-  sim_http sim_model sim_profiles report report_compare report_references report_facts)
+# The test binaries (tests/<name>/main.rs) that need only this machine and a loopback sshd; the
+# others are system (root: namespaces, tmpfs), browser (Chromium) and llama (llama.cpp).
+fast_tests=(local sshd)
 
 # What the tests start: sshd and ssh always; for the full run also ip (network namespaces),
 # Chromium (the HTML report), and cmake, g++ and unzip (building llama-server).

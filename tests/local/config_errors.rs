@@ -1,13 +1,11 @@
 //! Bad input: exit code 2, the file, line and column, and no host contacted.
 
-mod common;
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 
 /// A TCP listener standing in for a host's sshd that counts the connections it gets.
 struct Tripwire {

@@ -2,11 +2,8 @@
 //! --check-references` exit codes, and `show`/`compare` marking misses from the run directory
 //! alone.
 
-mod common;
-mod reporting;
-
-use common::text;
-use reporting::{rigrun_ok, run, setup};
+use crate::common::text;
+use crate::reporting::{rigrun_ok, run, setup};
 
 /// Throughput = concurrency × speed (fast 200, slow 100); slow's cap (16) skips its C=64. The
 /// references are `refs`, indented for the run-sweep step.

@@ -2,11 +2,9 @@
 //! with its own sshd and its own inference server (`rigrun sim`, started by the playbook) on
 //! 127.0.0.1:30000. Needs root (for `ip netns`) and openssh-server, as CI provides.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const PLAYBOOK: &str = r#"
@@ -167,7 +165,7 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
     let before: Vec<_> = binaries.iter().map(modified).collect();
     let out = run_rigrun(dir, &["run", "e2e.yaml", "--runs-dir", "runs2"]);
     assert!(out.status.success(), "{:?}", text(&out));
-    let manifest = common::manifest(&only_run_dir(&dir.join("runs2")));
+    let manifest = crate::common::manifest(&only_run_dir(&dir.join("runs2")));
     for host in ["h1", "h2"] {
         assert_eq!(step(&manifest, host, "copy-script")["details"]["uploaded"], false);
     }

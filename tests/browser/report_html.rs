@@ -3,12 +3,8 @@
 //! the charts are in the DOM, and a screenshot is kept in target/test-artifacts/.
 //! Chromium is required: `apt-get install -y chromium` (.ci/run installs it).
 
-mod chromium;
-mod common;
-mod reporting;
-
-use chromium::{artifact, Browser};
-use reporting::{rigrun_ok, run, setup, PLAYBOOK};
+use crate::chromium::{artifact, Browser};
+use crate::reporting::{rigrun_ok, run, setup, PLAYBOOK};
 use serde_json::json;
 
 /// What the checks read from the loaded page.
@@ -27,7 +23,7 @@ const DOM_CHECK: &str = r#"({
 fn the_report_loads_cleanly_in_chromium_with_its_charts() {
     let dir = setup(PLAYBOOK);
     let (run_dir, out) = run(dir.path(), &[]);
-    assert!(out.status.success(), "{:?}", common::text(&out));
+    assert!(out.status.success(), "{:?}", crate::common::text(&out));
     let html_path = dir.path().join("report.html");
     rigrun_ok(
         &[
@@ -125,7 +121,7 @@ fn a_report_across_runs_marks_changes_beyond_the_tolerance() {
     let (first, _) = run(dir.path(), &[]);
     // Both hosts at speed 150: fast loses 25%, slow gains 50%.
     let (second, out) = run(dir.path(), &["-e", "speed=150"]);
-    assert!(out.status.success(), "{:?}", common::text(&out));
+    assert!(out.status.success(), "{:?}", crate::common::text(&out));
     let html_path = dir.path().join("across.html");
     rigrun_ok(
         &[

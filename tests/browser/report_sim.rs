@@ -3,13 +3,9 @@
 //! with streaming (so TTFT and TPOT are measured); then `compare` puts the hosts side by side and
 //! `report` writes the HTML, checked in headless Chromium (screenshot in target/test-artifacts/).
 
-mod chromium;
-mod common;
-mod reporting;
-
-use chromium::{artifact, Browser};
-use common::{free_port, text};
-use reporting::rigrun_ok;
+use crate::chromium::{artifact, Browser};
+use crate::common::{free_port, text};
+use crate::reporting::rigrun_ok;
 
 fn inventory(dir: &std::path::Path) -> String {
     format!(
@@ -71,13 +67,13 @@ fn compare_and_report_a_run_on_simulated_gpu_servers() {
     std::fs::write(d.join("sweep.yaml"), PLAYBOOK).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench_throughput.py");
     std::fs::copy(script, d.join("bench_throughput.py")).unwrap();
-    let out = common::rigrun()
+    let out = crate::common::rigrun()
         .current_dir(d)
         .args(["run", "sweep.yaml", "--runs-dir", "runs", "-q"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
-    let run = common::only_run_dir(&d.join("runs"));
+    let run = crate::common::only_run_dir(&d.join("runs"));
     let run = run.to_str().unwrap();
 
     let md = rigrun_ok(&["compare", run, "--format", "markdown"], 0);

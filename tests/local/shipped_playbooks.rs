@@ -1,10 +1,8 @@
 //! The playbooks and inventories shipped in the repo stay valid, and plan what their comments say.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,15 +6,13 @@
 //! no request on such connections. `tests/llama/prepare.sh` builds the server once per machine;
 //! when it cannot, these tests fail loudly.
 
-mod common;
-
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const ALIAS: &str = "smollm2";

@@ -1,11 +1,8 @@
 //! `show` and `compare` on a run with an invalid record, a skipped point and references: cells
 //! are marked and never compared, and the scaling story sits under each sweep table.
 
-mod common;
-mod reporting;
-
-use common::text;
-use reporting::{rigrun_ok, run, setup, PLAYBOOK};
+use crate::common::text;
+use crate::reporting::{rigrun_ok, run, setup, PLAYBOOK};
 
 #[test]
 fn invalid_cells_are_marked_and_never_compared() {
@@ -72,7 +69,7 @@ fn the_scaling_story_is_told_under_each_sweep() {
 #[test]
 fn report_refuses_bad_input_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
-    let out = common::rigrun()
+    let out = crate::common::rigrun()
         .args(["report", dir.path().to_str().unwrap()])
         .output()
         .unwrap();
@@ -85,7 +82,7 @@ fn report_refuses_bad_input_with_exit_code_2() {
 
     let setup_dir = setup(PLAYBOOK);
     let (run_dir, _) = run(setup_dir.path(), &[]);
-    let out = common::rigrun()
+    let out = crate::common::rigrun()
         .args([
             "report",
             run_dir.to_str().unwrap(),
@@ -102,7 +99,7 @@ fn report_refuses_bad_input_with_exit_code_2() {
         "{:?}",
         text(&out)
     );
-    let out = common::rigrun()
+    let out = crate::common::rigrun()
         .args(["report", run_dir.to_str().unwrap(), "--baseline", "nope"])
         .current_dir(setup_dir.path())
         .output()

@@ -2,14 +2,11 @@
 //! output in the shape real nvidia-smi prints (an 8-GPU box without NVLink), without one (recorded
 //! as absent, not an error), and the server's own description fetched by verify-server.
 
-mod common;
-mod reporting;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{manifest, rigrun, text};
-use reporting::rigrun_ok;
+use crate::common::{manifest, rigrun, text};
+use crate::reporting::rigrun_ok;
 use serde_json::json;
 
 const INVENTORY: &str = r#"
@@ -68,7 +65,7 @@ fn run_with_path(dir: &Path, path: &str) -> std::path::PathBuf {
         .output()
         .unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
-    common::only_run_dir(&dir.join("runs"))
+    crate::common::only_run_dir(&dir.join("runs"))
 }
 
 /// This process's PATH without any directory that holds an nvidia-smi.

@@ -1,9 +1,7 @@
 //! `rigrun sim` command line: listing profiles, bad profile files, model override, predictions.
 
-mod sim_support;
-
+use crate::sim_support::{path_str, profile_yaml, rigrun, Sim};
 use serde_json::Value;
-use sim_support::{path_str, profile_yaml, rigrun, Sim};
 
 /// Runs `rigrun sim --profile <file with source>`; asserts it fails cleanly; returns stderr.
 fn rejected_profile(source: &str) -> (String, String) {

@@ -1,10 +1,8 @@
 //! `show` and `compare` on run directories produced by real runs (local hosts).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 const INVENTORY: &str = r#"
 hosts:

@@ -3,18 +3,15 @@
 //! runs `{{ rigrun }} bench` there once per point against a `rigrun sim`, records each JSON line,
 //! fetches the result files, and does not upload the binary again when it is unchanged.
 
-mod bench_support;
-mod common;
-
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 #[test]
 fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
-    let sim = bench_support::Sim::start("tiny");
+    let sim = crate::bench_support::Sim::start("tiny");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let key = ClientKey::new(dir);

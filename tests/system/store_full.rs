@@ -1,12 +1,10 @@
 //! When the run directory cannot be written (a full disk), the run stops at once with a clear
 //! error instead of measuring what it cannot keep. The test mounts a tiny tmpfs (root, as CI is).
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// A 96 KiB tmpfs mounted on `dir`, unmounted when dropped.
 struct TinyDisk<'a>(&'a Path);

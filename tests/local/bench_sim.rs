@@ -1,9 +1,7 @@
 //! `rigrun bench` against the real `rigrun sim`: accuracy against the server's known schedule,
 //! exact token counts, the concurrency reached, workloads and APIs, open-loop queueing.
 
-mod bench_support;
-
-use bench_support::*;
+use crate::bench_support::*;
 
 /// A server whose every step takes exactly 100 ms whatever the batch, and whose prefill computes
 /// 40 tokens per second: a 16-token prompt's first token comes 16/40 s + 100 ms = 500 ms after

@@ -2,10 +2,8 @@
 //! usage counts, error shapes, determinism, and the request fields vLLM honours (`min_tokens`,
 //! `stream_options`, prefix-cache hits in `usage`).
 
-mod sim_support;
-
+use crate::sim_support::{Events, Sim};
 use serde_json::{json, Value};
-use sim_support::{Events, Sim};
 
 /// Asserts an OpenAI-style error body with `code`.
 fn assert_error(status: u16, body: &Value, code: u16) {
@@ -21,7 +19,7 @@ async fn stream_chunks(events: Events) -> Vec<Value> {
     let events = events.all().await;
     let (last, rest) = events.split_last().expect("at least one event");
     assert_eq!(last.data, "[DONE]");
-    rest.iter().map(sim_support::Event::json).collect()
+    rest.iter().map(crate::sim_support::Event::json).collect()
 }
 
 #[tokio::test]
@@ -333,7 +331,7 @@ async fn min_tokens_and_stream_options_are_checked_with_vllms_messages() {
 async fn a_repeated_prompt_reports_its_cached_tokens() {
     let sim = Sim::start("tiny", &[]);
     let prompt_len = 1000;
-    let prompt: Value = serde_json::from_str(&sim_support::catid_prompt(prompt_len)).unwrap();
+    let prompt: Value = serde_json::from_str(&crate::sim_support::catid_prompt(prompt_len)).unwrap();
     // vLLM's rule: whole blocks, and the last prompt token is always computed.
     let predicted = (prompt_len as u64 - 1) / TINY_BLOCK * TINY_BLOCK;
     let cached = |body: &Value| body["usage"]["prompt_tokens_details"]["cached_tokens"].clone();

@@ -8,14 +8,12 @@
 //! bounds on latencies (the sim is never faster than its model), upper bounds on throughput,
 //! and ordering.
 
-mod sim_support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::sim_support::{profile_yaml, rigrun, Event, Sim};
 use serde_json::{json, Value};
-use sim_support::{profile_yaml, rigrun, Event, Sim};
 
 /// Milliseconds between two instants.
 fn ms(from: Instant, to: Instant) -> f64 {
@@ -142,7 +140,11 @@ async fn throughput_grows_with_concurrency_and_never_beats_the_model() {
         assert_eq!(tokens, 5 * clients as u64 * 64);
         let throughput = tokens as f64 / wall.as_secs_f64();
         // Time per token is at least the model's: throughput at most its prediction.
-        at_least(&format!("seconds per token at C={clients}"), 1.0 / throughput, 1.0 / predicted);
+        at_least(
+            &format!("seconds per token at C={clients}"),
+            1.0 / throughput,
+            1.0 / predicted,
+        );
         measured.push(throughput);
     }
     assert!(

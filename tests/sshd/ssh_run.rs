@@ -1,10 +1,8 @@
 //! End-to-end runs of the real binary against real sshd servers on loopback.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// A temp dir with a client key, a known_hosts file and helpers to write files into it.
@@ -186,7 +184,7 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
     let (out, runs) = env.run("sweep.yaml", &[]);
     assert!(out.status.success(), "{:?}", text(&out));
     let newest = newest_run_dir(&runs);
-    let copy = step_details(&common::manifest(&newest), "a", "copy-script");
+    let copy = step_details(&crate::common::manifest(&newest), "a", "copy-script");
     assert_eq!(copy["uploaded"], false);
 }
 

@@ -5,19 +5,16 @@
 //! connections without notice (after every response, or when idle) lose no request of bench,
 //! verify-server, its smoke request or the server's facts.
 
-mod bench_support;
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::bench_support::*;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bench_support::*;
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
@@ -315,9 +312,9 @@ fn verify_all_answered(sim_flags: &[&str], steps: usize) {
         format!("name: verify\nsteps:\n{}", step.repeat(steps)),
     )
     .unwrap();
-    let out = common::run_rigrun(dir, &["run", "verify.yaml", "--runs-dir", "runs"]);
-    assert!(out.status.success(), "{:?}", common::text(&out));
-    let manifest = common::manifest(&common::only_run_dir(&dir.join("runs")));
+    let out = crate::common::run_rigrun(dir, &["run", "verify.yaml", "--runs-dir", "runs"]);
+    assert!(out.status.success(), "{:?}", crate::common::text(&out));
+    let manifest = crate::common::manifest(&crate::common::only_run_dir(&dir.join("runs")));
     let done = manifest["hosts"]["local"]["steps"].as_array().unwrap();
     assert_eq!(done.len(), steps);
     for step in done {

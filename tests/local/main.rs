@@ -1,0 +1,23 @@
+//! Tests that need nothing but this machine: config errors, the shipped playbooks, show / compare /
+//! report on real run directories, the simulator over HTTP, and `rigrun bench` against it.
+
+#[path = "../bench_support/mod.rs"]
+mod bench_support;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../reporting/mod.rs"]
+mod reporting;
+#[path = "../sim_support/mod.rs"]
+mod sim_support;
+
+mod bench_faults;
+mod bench_sim;
+mod config_errors;
+mod report;
+mod report_compare;
+mod report_facts;
+mod report_references;
+mod shipped_playbooks;
+mod sim_http;
+mod sim_model;
+mod sim_profiles;

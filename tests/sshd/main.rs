@@ -1,0 +1,9 @@
+//! Runs of the real binary against real OpenSSH servers on loopback, started by the harness.
+
+#[path = "../bench_support/mod.rs"]
+mod bench_support;
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bench_sweep;
+mod ssh_run;

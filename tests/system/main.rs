@@ -1,0 +1,7 @@
+//! Tests that need root: hosts in network namespaces of their own, a full tmpfs.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod e2e_netns;
+mod store_full;
