@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::level::Progress;
 use super::metrics::Stats;
 use super::record::Summary;
 
 /// How often a plain progress line is printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(10);
 
-/// Progress of one level.
+/// Progress of one level, as a bar or plain lines.
 pub struct LevelProgress {
     label: String,
     bar: Option<ProgressBar>,
@@ -52,8 +53,23 @@ impl LevelProgress {
         }
     }
 
-    /// One warm-up request ended.
-    pub fn warmed(&mut self) {
+    /// Prints a plain line (no terminal) at most every 10 s.
+    fn plain(&mut self, text: impl FnOnce(&Self) -> String) {
+        if self.bar.is_some() || self.last_line.elapsed() < PLAIN_EVERY {
+            return;
+        }
+        self.last_line = Instant::now();
+        eprintln!(
+            "{}: {}, {:.0} s",
+            self.label,
+            text(self),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+impl Progress for LevelProgress {
+    fn warmed(&mut self) {
         self.warmed += 1;
         if let Some(bar) = &self.bar {
             bar.inc(1);
@@ -61,15 +77,13 @@ impl LevelProgress {
         self.plain(|p| format!("warming up, {}/{} done", p.warmed, p.warmup));
     }
 
-    /// The measured phase begins.
-    pub fn measuring(&mut self) {
+    fn measuring(&mut self) {
         if let Some(bar) = &self.bar {
             bar.set_message("measuring");
         }
     }
 
-    /// `done` measured requests ended so far, `failed` of them failed.
-    pub fn measured(&mut self, done: u64, failed: u64) {
+    fn measured(&mut self, done: u64, failed: u64) {
         if let Some(bar) = &self.bar {
             bar.set_position(self.warmup + done);
             if failed > 0 {
@@ -87,25 +101,10 @@ impl LevelProgress {
         });
     }
 
-    /// Removes the bar.
-    pub fn finish(&mut self) {
+    fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-    }
-
-    /// Prints a plain line (no terminal) at most every 10 s.
-    fn plain(&mut self, text: impl FnOnce(&Self) -> String) {
-        if self.bar.is_some() || self.last_line.elapsed() < PLAIN_EVERY {
-            return;
-        }
-        self.last_line = Instant::now();
-        eprintln!(
-            "{}: {}, {:.0} s",
-            self.label,
-            text(self),
-            self.started.elapsed().as_secs_f64()
-        );
     }
 }
 
