@@ -136,8 +136,8 @@ pub fn row(s: &Summary) -> Vec<String> {
     let mut lines = vec![format!(
         "{:>6} {:>6} {:>5} {:>11.1} {:>12} {:>8.2} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
         s.concurrency,
-        s.completed,
-        s.failed,
+        s.counts.completed,
+        s.counts.failed,
         s.output_throughput(),
         steady,
         s.request_throughput(),
@@ -150,7 +150,8 @@ pub fn row(s: &Summary) -> Vec<String> {
     )];
     lines.extend(s.problems.iter().map(|p| format!("{:>6} ! {p}", "")));
     lines.extend(
-        s.first_errors
+        s.counts
+            .first_errors
             .iter()
             .map(|(kind, detail)| format!("{:>6}   {kind}, e.g.: {detail}", "")),
     );

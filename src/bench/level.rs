@@ -105,7 +105,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
     };
     run_phase(shared, phase, t0, |asked, outcome| {
         collector.add(asked, &outcome);
-        progress.measured(collector.measured(), collector.failed);
+        progress.measured(collector.counts.measured(), collector.counts.failed);
     })
     .await;
     let cpu_wall = t0.elapsed();
