@@ -157,3 +157,55 @@ pub fn row(s: &Summary) -> Vec<String> {
     );
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::metrics::Counts;
+    use super::*;
+
+    #[test]
+    fn an_invalid_row_is_followed_by_its_problems_and_example_errors() {
+        let stats = Stats {
+            mean: 1.0,
+            median: 2.0,
+            p90: 3.0,
+            p99: 4.0,
+        };
+        let summary = Summary {
+            concurrency: 4,
+            rate: None,
+            num_prompts: Some(20),
+            warmup: 4,
+            warmup_failed: 0,
+            counts: Counts {
+                completed: 19,
+                failed: 1,
+                output_tokens: 190,
+                first_errors: [("http_500".into(), "HTTP 500: boom".into())].into(),
+                ..Counts::default()
+            },
+            duration: 2.0,
+            peak: 4,
+            mean_in_flight: Some(3.9),
+            steady: Some((100.0, 1.5)),
+            ttft: Some(stats),
+            tpot: None,
+            itl: None,
+            e2el: None,
+            queue: None,
+            cpu_percent: 5.0,
+            cores: 2,
+            max_rss_mb: 10.0,
+            problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
+        };
+        let lines = row(&summary);
+        let cells: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["4", "19", "1", "95.0", "100.0", "9.50", "2.0", "4.0", "-", "-", "4", "NO"]
+        );
+        assert_eq!(lines[1], "       ! 1 of 20 requests failed (http_500: 1)");
+        assert_eq!(lines[2], "         http_500, e.g.: HTTP 500: boom");
+        assert_eq!(header().split_whitespace().next(), Some("C"));
+    }
+}

@@ -389,15 +389,20 @@ mod tests {
         }
     }
 
+    /// A request due at `t0` that asked for 4 tokens.
+    fn asked_at(t0: Instant, input_tokens: Option<u64>) -> Asked {
+        Asked {
+            due: t0,
+            max_tokens: 4,
+            input_tokens,
+        }
+    }
+
     #[test]
     fn failures_are_counted_by_kind_with_their_first_example() {
         let t0 = Instant::now();
         let mut c = Collector::new(t0, true);
-        let asked = Asked {
-            due: t0,
-            max_tokens: 4,
-            input_tokens: None,
-        };
+        let asked = asked_at(t0, None);
         for (kind, detail) in [
             ("http_500", "first"),
             ("connect", "refused"),
@@ -422,11 +427,7 @@ mod tests {
     fn latencies_count_from_when_the_request_was_due() {
         let t0 = Instant::now();
         let mut c = Collector::new(t0, true);
-        let asked = Asked {
-            due: t0,
-            max_tokens: 4,
-            input_tokens: Some(8),
-        };
+        let asked = asked_at(t0, Some(8));
         // Sent 10 ms late (client queueing); tokens at 30, 40, 50, 60; done at 60.
         c.add(asked, &outcome(t0, 10, &[30, 40, 50, 60], 60, 4));
         let ttft = c.ttft.stats().unwrap();
