@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::sse::{self, DataLines, Usage};
+use super::sse::{self, SseReader, Usage};
 use super::workload::Api;
 use crate::http::{excerpt, explain};
 
@@ -196,26 +196,29 @@ impl Reading {
 
     /// Reads an SSE stream, timing each token-carrying event by the arrival of its bytes.
     async fn stream(&mut self, mut reply: reqwest::Response) -> Result<Completed, Failure> {
-        let mut lines = DataLines::default();
+        let mut reader = SseReader::default();
         let mut done = Completed::default();
         let mut state: Result<bool, Failure> = Ok(false);
         while matches!(state, Ok(false)) {
-            let (chunk, ended) = match reply.chunk().await {
-                Ok(Some(chunk)) => (chunk, false),
-                // The body ended: a last line without its newline still counts.
-                Ok(None) => (Bytes::from_static(b"\n"), true),
+            let chunk = match reply.chunk().await {
+                Ok(chunk) => chunk,
                 Err(e) => {
                     self.end = Some(Instant::now());
                     return Err(body_failure(&e, self.events.len()));
                 }
             };
             let at = self.sent.elapsed().as_nanos() as u64;
-            lines.push(&chunk, |data| {
+            let on_event = |data: &[u8]| {
                 state = self.event(data, at, &mut done);
                 matches!(state, Ok(false))
-            });
-            if ended {
-                break;
+            };
+            match &chunk {
+                Some(bytes) => reader.push(bytes, on_event),
+                // The body ended: a last event without its blank line still counts.
+                None => {
+                    reader.finish(on_event);
+                    break;
+                }
             }
         }
         self.end = Some(Instant::now());
@@ -236,7 +239,7 @@ impl Reading {
         }
     }
 
-    /// Handles one `data:` payload arriving `at` ns after send; Ok(true) at `[DONE]`.
+    /// Handles one event's data, completed `at` ns after send; Ok(true) at `[DONE]`.
     fn event(&mut self, data: &[u8], at: u64, done: &mut Completed) -> Result<bool, Failure> {
         let event = sse::parse(data).map_err(|e| Failure::new("bad_response", e))?;
         if let Some(error) = event.error {

@@ -13,7 +13,6 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use super::client::{Client, Outcome};
 use super::metrics::{Asked, Collector};
-use super::report::LevelProgress;
 use super::rng::Rng;
 use super::sys;
 use super::workload::Workload;
@@ -65,6 +64,19 @@ struct Phase {
     seed: u64,
 }
 
+/// What a level tells as it runs, for a progress display (the level knows no display: the data
+/// flow from plan to level to summary to display goes one way).
+pub trait Progress {
+    /// One warm-up request ended.
+    fn warmed(&mut self);
+    /// The measured phase begins.
+    fn measuring(&mut self);
+    /// `done` measured requests ended so far, `failed` of them failed.
+    fn measured(&mut self, done: u64, failed: u64);
+    /// The level ended.
+    fn finish(&mut self);
+}
+
 /// What a level measured.
 pub struct LevelResult {
     pub collector: Collector,
@@ -79,7 +91,7 @@ pub struct LevelResult {
 }
 
 /// Runs warm-up and measured phase of one level.
-pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut LevelProgress) -> LevelResult {
+pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Progress) -> LevelResult {
     let (warmup_failed, warmup_first_error) = warm_up(shared, plan, progress).await;
     progress.measuring();
     let before = sys::usage();
@@ -93,7 +105,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut LevelPro
     };
     run_phase(shared, phase, t0, |asked, outcome| {
         collector.add(asked, &outcome);
-        progress.measured(collector.measured(), collector.failed);
+        progress.measured(collector.counts.measured(), collector.counts.failed);
     })
     .await;
     let cpu_wall = t0.elapsed();
@@ -114,7 +126,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut LevelPro
 async fn warm_up(
     shared: &Arc<Shared>,
     plan: &LevelPlan,
-    progress: &mut LevelProgress,
+    progress: &mut impl Progress,
 ) -> (u64, Option<String>) {
     if plan.warmup == 0 {
         return (0, None);

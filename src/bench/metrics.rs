@@ -117,6 +117,54 @@ impl Timeline {
     }
 }
 
+/// A level's requests and tokens, counted: gathered by the [`Collector`], carried by the summary
+/// to the record, the table and the validity checks (one struct, so a new count is added once).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    pub completed: u64,
+    pub failed: u64,
+    /// Requests sent again because the server had closed the reused connection (not failures;
+    /// see [`crate::http`]).
+    pub reconnects: u64,
+    /// Failures by kind, and one example sentence per kind.
+    pub errors: BTreeMap<String, u64>,
+    pub first_errors: BTreeMap<String, String>,
+    /// Prompt and output tokens of completed requests.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Completed requests that returned fewer output tokens than asked, and the fewest returned.
+    pub short: u64,
+    pub fewest_tokens: Option<u64>,
+    /// Completed requests whose token counts came from counting events (no usage sent).
+    pub counted_without_usage: u64,
+}
+
+impl Counts {
+    /// Requests measured (completed or failed).
+    pub fn measured(&self) -> u64 {
+        self.completed + self.failed
+    }
+
+    fn fail(&mut self, failure: &Failure) {
+        self.failed += 1;
+        *self.errors.entry(failure.kind.clone()).or_default() += 1;
+        self.first_errors
+            .entry(failure.kind.clone())
+            .or_insert_with(|| failure.detail.clone());
+    }
+
+    /// A completed request with its token counts, `max_tokens` asked.
+    fn complete(&mut self, input: u64, output: u64, max_tokens: u32) {
+        self.completed += 1;
+        self.input_tokens += input;
+        self.output_tokens += output;
+        if output < u64::from(max_tokens) {
+            self.short += 1;
+            self.fewest_tokens = Some(self.fewest_tokens.map_or(output, |f| f.min(output)));
+        }
+    }
+}
+
 /// Everything measured in one level, gathered as requests complete.
 #[derive(Debug)]
 pub struct Collector {
@@ -128,20 +176,7 @@ pub struct Collector {
     pub itl: Latency,
     pub e2el: Latency,
     pub queue: Latency,
-    pub completed: u64,
-    pub failed: u64,
-    /// Requests sent again because the server had closed the reused connection (not failures).
-    pub reconnects: u64,
-    pub errors: BTreeMap<String, u64>,
-    /// One example sentence per error kind.
-    pub first_errors: BTreeMap<String, String>,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Completed requests that returned fewer output tokens than asked, and the fewest returned.
-    pub short: u64,
-    pub fewest_tokens: Option<u64>,
-    /// Completed requests whose token counts came from counting events (no usage sent).
-    pub counted_without_usage: u64,
+    pub counts: Counts,
     /// `[sent, end]` of every request, in ns after `t0`.
     intervals: Vec<(u64, u64)>,
     timeline: Timeline,
@@ -169,16 +204,7 @@ impl Collector {
             itl: Latency::default(),
             e2el: Latency::default(),
             queue: Latency::default(),
-            completed: 0,
-            failed: 0,
-            reconnects: 0,
-            errors: BTreeMap::new(),
-            first_errors: BTreeMap::new(),
-            input_tokens: 0,
-            output_tokens: 0,
-            short: 0,
-            fewest_tokens: None,
-            counted_without_usage: 0,
+            counts: Counts::default(),
             intervals: Vec::new(),
             timeline: Timeline::default(),
             last_end: None,
@@ -194,15 +220,15 @@ impl Collector {
         let (sent, end) = (self.since_t0(outcome.sent), self.since_t0(outcome.end));
         self.intervals.push((sent, end.max(sent)));
         self.last_end = self.last_end.max(Some(outcome.end));
-        self.reconnects += u64::from(outcome.reconnects);
+        self.counts.reconnects += u64::from(outcome.reconnects);
         match &outcome.result {
-            Err(failure) => self.add_failure(failure),
+            Err(failure) => self.counts.fail(failure),
             Ok(done) => {
                 let events = outcome.events.len() as u64;
                 let usage = done.usage.unwrap_or_default();
                 let output = usage.completion_tokens.unwrap_or(events);
                 if usage.completion_tokens.is_none() {
-                    self.counted_without_usage += 1;
+                    self.counts.counted_without_usage += 1;
                 }
                 let input = usage.prompt_tokens.or(asked.input_tokens).unwrap_or(0);
                 self.add_completed(asked, outcome, input, output);
@@ -210,22 +236,8 @@ impl Collector {
         }
     }
 
-    fn add_failure(&mut self, failure: &Failure) {
-        self.failed += 1;
-        *self.errors.entry(failure.kind.clone()).or_default() += 1;
-        self.first_errors
-            .entry(failure.kind.clone())
-            .or_insert_with(|| failure.detail.clone());
-    }
-
     fn add_completed(&mut self, asked: Asked, outcome: &Outcome, input: u64, output: u64) {
-        self.completed += 1;
-        self.input_tokens += input;
-        self.output_tokens += output;
-        if output < u64::from(asked.max_tokens) {
-            self.short += 1;
-            self.fewest_tokens = Some(self.fewest_tokens.map_or(output, |f| f.min(output)));
-        }
+        self.counts.complete(input, output, asked.max_tokens);
         let due = asked.due.min(outcome.sent);
         self.queue.record(outcome.sent - due);
         self.e2el.record(outcome.end.saturating_duration_since(due));
@@ -257,11 +269,6 @@ impl Collector {
         for &at in events {
             self.timeline.point(sent_ns + at, per_event);
         }
-    }
-
-    /// Requests measured (completed or failed).
-    pub fn measured(&self) -> u64 {
-        self.completed + self.failed
     }
 
     /// How many requests were in flight at most, and the window (ns after `t0`) when at least
@@ -382,15 +389,45 @@ mod tests {
         }
     }
 
+    /// A request due at `t0` that asked for 4 tokens.
+    fn asked_at(t0: Instant, input_tokens: Option<u64>) -> Asked {
+        Asked {
+            due: t0,
+            max_tokens: 4,
+            input_tokens,
+        }
+    }
+
+    #[test]
+    fn failures_are_counted_by_kind_with_their_first_example() {
+        let t0 = Instant::now();
+        let mut c = Collector::new(t0, true);
+        let asked = asked_at(t0, None);
+        for (kind, detail) in [
+            ("http_500", "first"),
+            ("connect", "refused"),
+            ("http_500", "second"),
+        ] {
+            let mut failed = outcome(t0, 0, &[], 1, 0);
+            failed.result = Err(Failure {
+                kind: kind.into(),
+                detail: detail.into(),
+            });
+            failed.reconnects = 1;
+            c.add(asked, &failed);
+        }
+        let n = &c.counts;
+        assert_eq!((n.completed, n.failed, n.measured(), n.reconnects), (0, 3, 3, 3));
+        assert_eq!(n.errors, [("connect".into(), 1), ("http_500".into(), 2)].into());
+        assert_eq!(n.first_errors["http_500"], "first");
+        assert!(c.ttft.stats().is_none(), "failures have no latency");
+    }
+
     #[test]
     fn latencies_count_from_when_the_request_was_due() {
         let t0 = Instant::now();
         let mut c = Collector::new(t0, true);
-        let asked = Asked {
-            due: t0,
-            max_tokens: 4,
-            input_tokens: Some(8),
-        };
+        let asked = asked_at(t0, Some(8));
         // Sent 10 ms late (client queueing); tokens at 30, 40, 50, 60; done at 60.
         c.add(asked, &outcome(t0, 10, &[30, 40, 50, 60], 60, 4));
         let ttft = c.ttft.stats().unwrap();
@@ -399,10 +436,13 @@ mod tests {
         assert!((c.itl.stats().unwrap().mean - 10.0).abs() < 1e-6);
         assert!((c.tpot.stats().unwrap().mean - 10.0).abs() < 1e-6);
         assert!((c.e2el.stats().unwrap().mean - 60.0).abs() < 1e-6);
-        assert_eq!((c.input_tokens, c.output_tokens, c.short), (8, 4, 0));
+        assert_eq!(
+            (c.counts.input_tokens, c.counts.output_tokens, c.counts.short),
+            (8, 4, 0)
+        );
         // A short reply is counted as such.
         c.add(asked, &outcome(t0, 0, &[5], 5, 1));
-        assert_eq!((c.short, c.fewest_tokens), (1, Some(1)));
+        assert_eq!((c.counts.short, c.counts.fewest_tokens), (1, Some(1)));
         assert_eq!(c.throughput_in((0, 100_000_000)), Some(50.0));
     }
 }

@@ -6,15 +6,17 @@
 //! JSON line per level on stdout with `vllm bench serve`'s metric names, a table on stderr, and
 //! says in each line whether the level can be trusted (`valid`, `problems`). See docs/bench.md.
 //!
-//! Files: `workload` (what each request asks), `client` + `sse` (HTTP and the stream), `level`
-//! (dispatching warm-up and measured requests), `metrics` (histograms, windows), `validity`,
-//! `record` (the JSON line), `report` (stderr), `sys` (open files, CPU, memory), `rng`.
+//! The data flows one way: `workload` (what each request asks) → `level` (dispatching warm-up
+//! and measured requests through `client` + `sse`: HTTP and the stream) → `metrics` (counts,
+//! histograms, windows) → `record` (the level's summary and its JSON line, judged by `validity`)
+//! → `display` (the stderr table and progress). `sys` (open files, CPU, memory) and `rng` serve
+//! them.
 
 mod client;
+mod display;
 mod level;
 mod metrics;
 mod record;
-mod report;
 mod rng;
 mod sse;
 mod sys;
@@ -32,9 +34,9 @@ use serde_json::{Map, Value};
 pub use self::workload::Api;
 
 use self::client::{Client, ModelsError};
+use self::display::LevelProgress;
 use self::level::{LevelPlan, Shared, Stop};
 use self::record::{RunInfo, Summary};
-use self::report::LevelProgress;
 use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
 use crate::config::duration::Dur;
 use crate::exit::{Exit, Invalid};
@@ -165,12 +167,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
 /// Runs every level in turn, printing each one's line and row as it ends.
 async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<Exit> {
     eprintln!("{}", intro(&shared.client, info));
-    eprintln!("{}", report::header());
+    eprintln!("{}", display::header());
     let mut all_valid = true;
     for (n, &concurrency) in args.concurrency.iter().enumerate() {
         let summary = run_level(shared, args, info, concurrency, info.seed ^ n as u64).await;
         emit(&summary.record(info), args.out_dir.as_deref(), info, concurrency)?;
-        for line in report::row(&summary) {
+        for line in display::row(&summary) {
             eprintln!("{line}");
         }
         all_valid &= summary.valid();

@@ -2,12 +2,10 @@
 //! --save-result` (so run-sweep and the reports treat it like vLLM's and SGLang's own results),
 //! plus what only this client measures, and `valid` with its `problems`.
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Map, Value};
 
 use super::level::{LevelPlan, LevelResult, Stop};
-use super::metrics::Stats;
+use super::metrics::{Counts, Stats};
 use super::sys;
 use super::validity::{self, Evidence};
 
@@ -40,15 +38,8 @@ pub struct Summary {
     pub num_prompts: Option<u64>,
     pub warmup: u64,
     pub warmup_failed: u64,
-    pub completed: u64,
-    pub failed: u64,
-    /// Requests sent again on a fresh connection (see [`crate::http`]); not failures.
-    pub reconnects: u64,
-    pub errors: BTreeMap<String, u64>,
-    pub first_errors: BTreeMap<String, String>,
+    pub counts: Counts,
     pub duration: f64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
     pub peak: u64,
     /// Requests in flight on average over the steady-state window.
     pub mean_in_flight: Option<f64>,
@@ -88,13 +79,8 @@ impl Summary {
             peak,
             mean_in_flight,
             mean_queue_ms: c.queue.stats().map(|s| s.mean),
-            completed: c.completed,
-            failed: c.failed,
-            errors: Some(&c.errors),
-            short: c.short,
-            fewest_tokens: c.fewest_tokens,
+            counts: c.counts.clone(),
             output_len: info.uniform_output.then_some(info.output_len),
-            counted_without_usage: c.counted_without_usage,
             cores_used,
             cores,
         };
@@ -107,14 +93,9 @@ impl Summary {
             },
             warmup: plan.warmup,
             warmup_failed: result.warmup_failed,
-            completed: c.completed,
-            failed: c.failed,
-            reconnects: c.reconnects,
-            errors: c.errors.clone(),
-            first_errors: c.first_errors.clone(),
+            problems: validity::problems(&evidence),
+            counts: evidence.counts,
             duration: result.duration.as_secs_f64(),
-            input_tokens: c.input_tokens,
-            output_tokens: c.output_tokens,
             peak,
             mean_in_flight,
             steady,
@@ -126,7 +107,6 @@ impl Summary {
             cpu_percent: cores_used * 100.0,
             cores,
             max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
-            problems: validity::problems(&evidence),
         }
     }
 
@@ -144,11 +124,11 @@ impl Summary {
     }
 
     pub fn output_throughput(&self) -> f64 {
-        self.per_second(self.output_tokens)
+        self.per_second(self.counts.output_tokens)
     }
 
     pub fn request_throughput(&self) -> f64 {
-        self.per_second(self.completed)
+        self.per_second(self.counts.completed)
     }
 
     /// The JSON record, keys in a fixed order.
@@ -203,19 +183,20 @@ impl Summary {
 
     /// Counts and throughputs.
     fn counts(&self, m: &mut Map<String, Value>) {
-        m.insert("completed".into(), self.completed.into());
-        m.insert("failed".into(), self.failed.into());
-        m.insert("errors".into(), json!(self.errors));
-        m.insert("reconnects".into(), self.reconnects.into());
+        let n = &self.counts;
+        m.insert("completed".into(), n.completed.into());
+        m.insert("failed".into(), n.failed.into());
+        m.insert("errors".into(), json!(n.errors));
+        m.insert("reconnects".into(), n.reconnects.into());
         m.insert("warmup_failed".into(), self.warmup_failed.into());
         m.insert("duration".into(), round(self.duration, 4));
-        m.insert("total_input_tokens".into(), self.input_tokens.into());
-        m.insert("total_output_tokens".into(), self.output_tokens.into());
+        m.insert("total_input_tokens".into(), n.input_tokens.into());
+        m.insert("total_output_tokens".into(), n.output_tokens.into());
         m.insert("request_throughput".into(), round(self.request_throughput(), 4));
         m.insert("output_throughput".into(), round(self.output_throughput(), 4));
         m.insert(
             "total_token_throughput".into(),
-            round(self.per_second(self.input_tokens + self.output_tokens), 4),
+            round(self.per_second(n.input_tokens + n.output_tokens), 4),
         );
         m.insert("peak_concurrency".into(), self.peak.into());
         m.insert(

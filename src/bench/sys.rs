@@ -4,28 +4,12 @@
 use std::time::Duration;
 
 /// Lifts the soft open-file limit to the hard one (each stream holds a socket; many hosts
-/// default to 1024, fewer than C=1024 streams plus the runtime need). Returns the new limit.
+/// default to 1024, fewer than C=1024 streams plus the runtime need). Returns the limit now in
+/// force: the old one if it could not be raised, 0 if it cannot be read.
 pub fn raise_open_file_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
-    }
-    limit.rlim_cur
+    rlimit::increase_nofile_limit(u64::MAX)
+        .or_else(|_| rlimit::Resource::NOFILE.get().map(|(soft, _)| soft))
+        .unwrap_or(0)
 }
 
 /// This process's resource use so far.
@@ -65,8 +49,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_usage_and_limits() {
-        assert!(raise_open_file_limit() > 0);
+    fn raises_the_open_file_limit_to_the_hard_one() {
+        let limit = raise_open_file_limit();
+        let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap();
+        assert_eq!((limit, soft), (hard, hard));
+    }
+
+    #[test]
+    fn reads_usage() {
         let before = usage();
         let mut x = 0u64;
         for i in 0..5_000_000u64 {

@@ -5,7 +5,7 @@
 //! that never reach the concurrency they claim, failed requests left out of the averages, too
 //! few requests to reach steady state, and a client too busy to time what it receives.
 
-use std::collections::BTreeMap;
+use super::metrics::Counts;
 
 /// A level's CPU use at or above this share of the client's cores counts as saturated.
 const CPU_SATURATED: f64 = 0.9;
@@ -17,7 +17,7 @@ const REQUESTS_PER_SLOT: u64 = 5;
 
 /// What the checks look at.
 #[derive(Debug, Clone, Default)]
-pub struct Evidence<'a> {
+pub struct Evidence {
     pub concurrency: u64,
     /// Closed loop (no `--request-rate`): C must be reached.
     pub closed_loop: bool,
@@ -26,16 +26,10 @@ pub struct Evidence<'a> {
     pub mean_in_flight: Option<f64>,
     /// Mean time from due to sent, ms.
     pub mean_queue_ms: Option<f64>,
-    pub completed: u64,
-    pub failed: u64,
-    pub errors: Option<&'a BTreeMap<String, u64>>,
-    /// Completed requests with fewer output tokens than asked, and the fewest seen.
-    pub short: u64,
-    pub fewest_tokens: Option<u64>,
+    /// Completed and failed requests, errors by kind, short outputs.
+    pub counts: Counts,
     /// The output length asked, when every request asked the same.
     pub output_len: Option<u32>,
-    /// Completed requests counted by events because the server sent no usage.
-    pub counted_without_usage: u64,
     /// CPU cores the client used on average, and the cores it may use.
     pub cores_used: f64,
     pub cores: usize,
@@ -58,11 +52,12 @@ pub fn problems(e: &Evidence) -> Vec<String> {
 }
 
 fn nothing_completed(e: &Evidence) -> Option<String> {
-    (e.completed == 0).then(|| "no request completed, so nothing was measured".to_string())
+    (e.counts.completed == 0).then(|| "no request completed, so nothing was measured".to_string())
 }
 
 fn short_outputs(e: &Evidence) -> Option<String> {
-    if e.short == 0 {
+    let n = &e.counts;
+    if n.short == 0 {
         return None;
     }
     let asked = e
@@ -72,11 +67,11 @@ fn short_outputs(e: &Evidence) -> Option<String> {
         "{} of {} completed requests returned fewer output tokens than asked (fewest {}, asked \
          {asked}): the server did not honour ignore_eos, so each request did less work than \
          this level claims",
-        e.short,
-        e.completed,
-        e.fewest_tokens.unwrap_or(0)
+        n.short,
+        n.completed,
+        n.fewest_tokens.unwrap_or(0)
     );
-    if e.counted_without_usage > 0 {
+    if n.counted_without_usage > 0 {
         text.push_str(
             " (the server sent no usage, so tokens were counted as stream events, and a server \
              that sends several tokens per event looks short too)",
@@ -110,29 +105,26 @@ fn concurrency_not_held(e: &Evidence) -> Option<String> {
 }
 
 fn failures(e: &Evidence) -> Option<String> {
-    if e.failed == 0 {
+    let n = &e.counts;
+    if n.failed == 0 {
         return None;
     }
-    let kinds = e
+    let kinds = n
         .errors
-        .map(|errors| {
-            errors
-                .iter()
-                .map(|(kind, n)| format!("{kind}: {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
+        .iter()
+        .map(|(kind, count)| format!("{kind}: {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     Some(format!(
         "{} of {} requests failed ({kinds})",
-        e.failed,
-        e.completed + e.failed
+        n.failed,
+        n.measured()
     ))
 }
 
 fn too_few_requests(e: &Evidence) -> Option<String> {
     let needed = REQUESTS_PER_SLOT * e.concurrency;
-    let measured = e.completed + e.failed;
+    let measured = e.counts.measured();
     (measured < needed).then(|| {
         format!(
             "only {measured} requests were measured, fewer than 5 × C = {needed}, too few to hold \
@@ -157,13 +149,16 @@ fn cpu_saturated(e: &Evidence) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn good() -> Evidence<'static> {
+    fn good() -> Evidence {
         Evidence {
             concurrency: 4,
             closed_loop: true,
             peak: 4,
             mean_in_flight: Some(3.9),
-            completed: 20,
+            counts: Counts {
+                completed: 20,
+                ..Counts::default()
+            },
             output_len: Some(100),
             cores_used: 0.1,
             cores: 2,
@@ -178,14 +173,16 @@ mod tests {
 
     #[test]
     fn each_check_says_what_went_wrong() {
-        let errors = BTreeMap::from([("http_500".to_string(), 2)]);
         let e = Evidence {
             peak: 3,
-            completed: 16,
-            failed: 2,
-            errors: Some(&errors),
-            short: 3,
-            fewest_tokens: Some(12),
+            counts: Counts {
+                completed: 16,
+                failed: 2,
+                errors: [("http_500".to_string(), 2)].into(),
+                short: 3,
+                fewest_tokens: Some(12),
+                ..Counts::default()
+            },
             cores_used: 1.9,
             ..good()
         };
@@ -227,8 +224,10 @@ mod tests {
         };
         assert!(problems(&e).is_empty());
         let none = Evidence {
-            completed: 0,
-            failed: 20,
+            counts: Counts {
+                failed: 20,
+                ..Counts::default()
+            },
             ..good()
         };
         assert_eq!(

@@ -486,6 +486,11 @@ mod tests {
         assert_eq!(a.as_array().unwrap().len(), 8);
         assert_eq!(a, json(&w.request(0))["prompt"]);
         assert_ne!(a, json(&w.request(1))["prompt"]);
+        // Seed 1's first prompt, the same on every host and in every version (see rng.rs).
+        assert_eq!(
+            a,
+            serde_json::json!([25819, 28846, 8764, 12801, 24520, 13464, 25802, 7794])
+        );
         let chat = Workload::new(spec(Source::Random, Api::Chat, false)).unwrap();
         let text = json(&chat.request(0))["messages"][0]["content"].clone();
         assert_eq!(text.as_str().unwrap().len(), 8 * 4);

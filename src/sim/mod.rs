@@ -127,7 +127,9 @@ fn print_predictions(
 
 /// Binds, announces the address on stderr, and serves.
 async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> anyhow::Result<()> {
-    raise_open_file_limit();
+    // Each stream holds a socket, and hosts often default to 1024 open files, fewer than C=1024
+    // clients need: the soft limit goes up to the hard one (best effort, serving goes on without).
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
@@ -141,21 +143,5 @@ async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> an
     tokio::select! {
         () = connections::serve(listener, app, closing) => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
-    }
-}
-
-/// Lifts the soft open-file limit to the hard one: each stream holds a socket, and hosts
-/// often default to 1024, fewer than C=1024 clients need.
-fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
     }
 }

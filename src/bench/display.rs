@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::level::Progress;
 use super::metrics::Stats;
 use super::record::Summary;
 
 /// How often a plain progress line is printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(10);
 
-/// Progress of one level.
+/// Progress of one level, as a bar or plain lines.
 pub struct LevelProgress {
     label: String,
     bar: Option<ProgressBar>,
@@ -52,8 +53,23 @@ impl LevelProgress {
         }
     }
 
-    /// One warm-up request ended.
-    pub fn warmed(&mut self) {
+    /// Prints a plain line (no terminal) at most every 10 s.
+    fn plain(&mut self, text: impl FnOnce(&Self) -> String) {
+        if self.bar.is_some() || self.last_line.elapsed() < PLAIN_EVERY {
+            return;
+        }
+        self.last_line = Instant::now();
+        eprintln!(
+            "{}: {}, {:.0} s",
+            self.label,
+            text(self),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+impl Progress for LevelProgress {
+    fn warmed(&mut self) {
         self.warmed += 1;
         if let Some(bar) = &self.bar {
             bar.inc(1);
@@ -61,15 +77,13 @@ impl LevelProgress {
         self.plain(|p| format!("warming up, {}/{} done", p.warmed, p.warmup));
     }
 
-    /// The measured phase begins.
-    pub fn measuring(&mut self) {
+    fn measuring(&mut self) {
         if let Some(bar) = &self.bar {
             bar.set_message("measuring");
         }
     }
 
-    /// `done` measured requests ended so far, `failed` of them failed.
-    pub fn measured(&mut self, done: u64, failed: u64) {
+    fn measured(&mut self, done: u64, failed: u64) {
         if let Some(bar) = &self.bar {
             bar.set_position(self.warmup + done);
             if failed > 0 {
@@ -87,25 +101,10 @@ impl LevelProgress {
         });
     }
 
-    /// Removes the bar.
-    pub fn finish(&mut self) {
+    fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-    }
-
-    /// Prints a plain line (no terminal) at most every 10 s.
-    fn plain(&mut self, text: impl FnOnce(&Self) -> String) {
-        if self.bar.is_some() || self.last_line.elapsed() < PLAIN_EVERY {
-            return;
-        }
-        self.last_line = Instant::now();
-        eprintln!(
-            "{}: {}, {:.0} s",
-            self.label,
-            text(self),
-            self.started.elapsed().as_secs_f64()
-        );
     }
 }
 
@@ -137,8 +136,8 @@ pub fn row(s: &Summary) -> Vec<String> {
     let mut lines = vec![format!(
         "{:>6} {:>6} {:>5} {:>11.1} {:>12} {:>8.2} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
         s.concurrency,
-        s.completed,
-        s.failed,
+        s.counts.completed,
+        s.counts.failed,
         s.output_throughput(),
         steady,
         s.request_throughput(),
@@ -151,9 +150,62 @@ pub fn row(s: &Summary) -> Vec<String> {
     )];
     lines.extend(s.problems.iter().map(|p| format!("{:>6} ! {p}", "")));
     lines.extend(
-        s.first_errors
+        s.counts
+            .first_errors
             .iter()
             .map(|(kind, detail)| format!("{:>6}   {kind}, e.g.: {detail}", "")),
     );
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::metrics::Counts;
+    use super::*;
+
+    #[test]
+    fn an_invalid_row_is_followed_by_its_problems_and_example_errors() {
+        let stats = Stats {
+            mean: 1.0,
+            median: 2.0,
+            p90: 3.0,
+            p99: 4.0,
+        };
+        let summary = Summary {
+            concurrency: 4,
+            rate: None,
+            num_prompts: Some(20),
+            warmup: 4,
+            warmup_failed: 0,
+            counts: Counts {
+                completed: 19,
+                failed: 1,
+                output_tokens: 190,
+                first_errors: [("http_500".into(), "HTTP 500: boom".into())].into(),
+                ..Counts::default()
+            },
+            duration: 2.0,
+            peak: 4,
+            mean_in_flight: Some(3.9),
+            steady: Some((100.0, 1.5)),
+            ttft: Some(stats),
+            tpot: None,
+            itl: None,
+            e2el: None,
+            queue: None,
+            cpu_percent: 5.0,
+            cores: 2,
+            max_rss_mb: 10.0,
+            problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
+        };
+        let lines = row(&summary);
+        let cells: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["4", "19", "1", "95.0", "100.0", "9.50", "2.0", "4.0", "-", "-", "4", "NO"]
+        );
+        assert_eq!(lines[1], "       ! 1 of 20 requests failed (http_500: 1)");
+        assert_eq!(lines[2], "         http_500, e.g.: HTTP 500: boom");
+        assert_eq!(header().split_whitespace().next(), Some("C"));
+    }
 }
