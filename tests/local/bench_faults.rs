@@ -264,7 +264,7 @@ fn bench_all_answered(sim: &Sim, n: u64, extra: &[&str]) {
             extra,
         ]
         .concat();
-        let run = bench(&sim.url, &args);
+        let run = bench(&sim.base, &args);
         assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
         for r in &run.records {
             assert_eq!(
@@ -281,13 +281,13 @@ fn bench_all_answered(sim: &Sim, n: u64, extra: &[&str]) {
 
 #[test]
 fn bench_loses_nothing_when_the_server_closes_after_every_response() {
-    let sim = Sim::start_with("tiny", &["--close-after-response"]);
+    let sim = Sim::start("tiny", &["--close-after-response"]);
     bench_all_answered(&sim, 40, &[]);
 }
 
 #[test]
 fn bench_loses_nothing_when_the_server_closes_idle_connections() {
-    let sim = Sim::start_with("tiny", &["--idle-timeout", "1s"]);
+    let sim = Sim::start("tiny", &["--idle-timeout", "1s"]);
     // Two requests a second on average: many gaps are longer than the server keeps a connection.
     bench_all_answered(&sim, 10, &["--request-rate", "2", "--warmup", "0"]);
 }
@@ -295,7 +295,7 @@ fn bench_loses_nothing_when_the_server_closes_idle_connections() {
 /// verify-server with its smoke request and the server's facts, `steps` times, against a sim
 /// started with `sim_flags`; every step must get every answer.
 fn verify_all_answered(sim_flags: &[&str], steps: usize) {
-    let sim = Sim::start_with("tiny", sim_flags);
+    let sim = Sim::start("tiny", sim_flags);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let inventory = format!(
@@ -305,7 +305,7 @@ fn verify_all_answered(sim_flags: &[&str], steps: usize) {
     std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
     let step = format!(
         "  - verify-server: {{url: \"{}\", model: rigrun/tiny, smoke: true}}\n",
-        sim.url
+        sim.base
     );
     std::fs::write(
         dir.join("verify.yaml"),

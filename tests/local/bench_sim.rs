@@ -32,10 +32,10 @@ fn ttft_and_itl_are_within_2_percent_of_the_servers_schedule() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("exact.yaml");
     std::fs::write(&profile, EXACT_PROFILE).unwrap();
-    let sim = Sim::start(profile.to_str().unwrap());
+    let sim = Sim::start(profile.to_str().unwrap(), &[]);
     // C=1: every request meets an idle server, so its schedule is exactly the profile's.
     let run = bench(
-        &sim.url,
+        &sim.base,
         &["--concurrency", "1", "--input-len", "16", "--output-len", "5"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -66,10 +66,10 @@ fn ttft_and_itl_are_within_2_percent_of_the_servers_schedule() {
 
 #[test]
 fn counts_tokens_exactly_and_reaches_the_asked_concurrency() {
-    let sim = Sim::start("tiny");
+    let sim = Sim::start("tiny", &[]);
     let out = tempfile::tempdir().unwrap();
     let run = bench(
-        &sim.url,
+        &sim.base,
         &[
             "--concurrency",
             "4,16",
@@ -117,7 +117,7 @@ fn counts_tokens_exactly_and_reaches_the_asked_concurrency() {
 
 #[test]
 fn chat_random_unique_prefix_and_whole_responses_count_exactly() {
-    let sim = Sim::start("tiny");
+    let sim = Sim::start("tiny", &[]);
     let common = ["--concurrency", "2", "--input-len", "32", "--output-len", "8"];
     for extra in [
         &["--api", "chat"][..],
@@ -125,7 +125,7 @@ fn chat_random_unique_prefix_and_whole_responses_count_exactly() {
         &["--unique-prefix"],
         &["--no-stream"],
     ] {
-        let run = bench(&sim.url, &[&common[..], extra].concat());
+        let run = bench(&sim.base, &[&common[..], extra].concat());
         assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
         let r = &run.records[0];
         assert_eq!(r["total_output_tokens"], 10 * 8, "{extra:?}: {r}");
@@ -134,13 +134,13 @@ fn chat_random_unique_prefix_and_whole_responses_count_exactly() {
         }
         assert_eq!(r["stream"], extra[0] != "--no-stream");
     }
-    let run = bench(&sim.url, &[&common[..], &["--no-stream"]].concat());
+    let run = bench(&sim.base, &[&common[..], &["--no-stream"]].concat());
     assert!(run.records[0]["median_ttft_ms"].is_null());
 }
 
 #[test]
 fn prompts_from_a_file_are_sent_in_turn() {
-    let sim = Sim::start("tiny");
+    let sim = Sim::start("tiny", &[]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("prompts.jsonl");
     std::fs::write(
@@ -149,7 +149,7 @@ fn prompts_from_a_file_are_sent_in_turn() {
     )
     .unwrap();
     let run = bench(
-        &sim.url,
+        &sim.base,
         &["--concurrency", "1", "--workload", file.to_str().unwrap()],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -161,11 +161,11 @@ fn prompts_from_a_file_are_sent_in_turn() {
 
 #[test]
 fn open_loop_latency_includes_time_queued_in_the_client() {
-    let sim = Sim::start("tiny");
+    let sim = Sim::start("tiny", &[]);
     // 200 arrivals per second into one slot that each request holds for ~40 ms: requests queue
     // in the client, and that wait is part of their latency.
     let run = bench(
-        &sim.url,
+        &sim.base,
         &[
             "--concurrency",
             "1",
@@ -194,9 +194,9 @@ fn open_loop_latency_includes_time_queued_in_the_client() {
 
 #[test]
 fn a_duration_bounds_the_measured_phase() {
-    let sim = Sim::start("tiny");
+    let sim = Sim::start("tiny", &[]);
     let run = bench(
-        &sim.url,
+        &sim.base,
         &[
             "--concurrency",
             "2",
@@ -216,8 +216,8 @@ fn a_duration_bounds_the_measured_phase() {
 
 #[test]
 fn lengths_beyond_the_context_window_are_refused_up_front() {
-    let sim = Sim::start("tiny");
-    let run = bench(&sim.url, &["--input-len", "4000", "--output-len", "200"]);
+    let sim = Sim::start("tiny", &[]);
+    let run = bench(&sim.base, &["--input-len", "4000", "--output-len", "200"]);
     assert_eq!(run.code, 2);
     assert!(run.stdout.is_empty());
     assert_eq!(
@@ -238,9 +238,9 @@ fn holds_hundreds_of_streams_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("slow-steps.yaml");
     std::fs::write(&profile, slow).unwrap();
-    let sim = Sim::start(profile.to_str().unwrap());
+    let sim = Sim::start(profile.to_str().unwrap(), &[]);
     let run = bench(
-        &sim.url,
+        &sim.base,
         &[
             "--concurrency",
             "512",

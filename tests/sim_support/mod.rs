@@ -18,10 +18,7 @@ pub struct Sim {
 
 /// Runs `rigrun` with `args` to completion.
 pub fn rigrun(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigrun"))
-        .args(args)
-        .output()
-        .expect("run rigrun")
+    crate::common::rigrun().args(args).output().expect("run rigrun")
 }
 
 impl Sim {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 #[test]
 fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
-    let sim = crate::bench_support::Sim::start("tiny");
+    let sim = crate::bench_support::Sim::start("tiny", &[]);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let key = ClientKey::new(dir);
@@ -23,7 +23,7 @@ fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
     let host_vars = "    vars: {model: rigrun/tiny, kv_capacity_tokens: 160}\n";
     let inventory = format!(
         "vars: {{server_url: \"{}\"}}\nhosts:\n{}groups:\n  gpu: [a]\n",
-        sim.url,
+        sim.base,
         sshd.inventory_entry("a", &key, &known_hosts, &workdir, host_vars)
     );
     std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();

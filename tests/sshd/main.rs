@@ -4,6 +4,8 @@
 mod bench_support;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../sim_support/mod.rs"]
+mod sim_support;
 
 mod bench_sweep;
 mod ssh_run;
