@@ -148,7 +148,6 @@ fn describe_step(out: &mut String, step: &PlannedStep) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::point::{self, cartesian};
     use indexmap::IndexMap;
     use serde_json::{json, Value as Json};
