@@ -48,10 +48,7 @@ pub fn check(args: &ConfigArgs) -> Result<Exit> {
         .hosts
         .iter()
         .flat_map(|h| &h.steps)
-        .map(|s| match &s.action {
-            plan::Action::RunSweep { points, .. } => points.len(),
-            _ => 0,
-        })
+        .map(|s| s.action.points().len())
         .sum();
     println!(
         "{} and {} are valid: {} hosts, {} steps, {} sweep points in all",

@@ -5,6 +5,8 @@ pub mod duration;
 pub mod inventory;
 pub mod playbook;
 pub mod reference;
+pub mod render;
+pub mod steps;
 pub mod template;
 mod validate;
 mod yaml;
@@ -17,7 +19,9 @@ use minijinja::value::Value;
 use serde_saphyr::Location;
 
 pub use inventory::{Connection, HostSpec, Inventory, KnownHostsPolicy, Vars};
-pub use playbook::{Playbook, Quoting, Step};
+pub use playbook::{Playbook, Quoting};
+pub use render::HostVars;
+pub use steps::Step;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone)]
@@ -257,12 +261,9 @@ mod tests {
 
     #[test]
     fn closest_suggests_typos_only() {
-        assert_eq!(closest("run-swep", playbook::STEP_KINDS), Some("run-sweep"));
-        assert_eq!(
-            closest("verfy-server", playbook::STEP_KINDS),
-            Some("verify-server")
-        );
-        assert_eq!(closest("banana", playbook::STEP_KINDS), None);
+        assert_eq!(closest("run-swep", steps::STEP_KINDS), Some("run-sweep"));
+        assert_eq!(closest("verfy-server", steps::STEP_KINDS), Some("verify-server"));
+        assert_eq!(closest("banana", steps::STEP_KINDS), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use serde_saphyr::Spanned;
 
-use super::playbook::Step;
+use super::steps::Matrix;
 use super::{closest, Config, ConfigError};
 use crate::point::value_text;
 
@@ -127,14 +127,16 @@ pub fn resolve(config: &Config) -> Result<Vec<Reference>, Vec<ConfigError>> {
     let mut found = Vec::new();
     let mut errors = Vec::new();
     for (step_index, step) in config.playbook.steps.iter().enumerate() {
-        let Step::RunSweep(sweep) = step else { continue };
-        for (host, points) in &sweep.references {
+        let Some((references, matrix)) = step.as_kind().references() else {
+            continue;
+        };
+        for (host, points) in references {
             if let Err(e) = known_host(config, host) {
                 errors.push(e);
                 continue;
             }
             for (key, metrics) in points {
-                let point = match match_point(&key.value, &sweep.matrix) {
+                let point = match match_point(&key.value, matrix) {
                     Ok(point) => point,
                     Err(message) => {
                         errors.push(at(config, key, message));
@@ -204,10 +206,7 @@ fn parse_expected(value: &Json) -> Result<Expected, String> {
 
 /// The matrix point a reference key names: the value itself when the matrix has one axis, or
 /// `axis=value` pairs separated by spaces naming every axis.
-pub fn match_point(
-    key: &str,
-    matrix: &IndexMap<String, Spanned<Vec<Json>>>,
-) -> Result<IndexMap<String, Json>, String> {
+pub fn match_point(key: &str, matrix: &Matrix) -> Result<IndexMap<String, Json>, String> {
     let axes: Vec<&str> = matrix.keys().map(String::as_str).collect();
     let wanted = wanted_values(key, &axes)?;
     let points = crate::point::cartesian(matrix);

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_saphyr::Location;
 
-use super::playbook::{Step, Text};
+use super::playbook::Text;
 use super::{closest, Builtins, Config, ConfigError, ConfigErrors, BUILTIN_NAMES};
 
 /// The hosts the playbook runs on, in inventory order, narrowed by `-l`.
@@ -162,23 +162,22 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
         let vars = config.host_vars(host, "", &builtins);
         let mut defined: HashSet<String> = vars.keys().cloned().collect();
         for step in &config.playbook.steps {
+            let kind = step.as_kind();
             let mut local = defined.clone();
-            if let Step::RunSweep(sweep) = step {
-                local.extend(sweep.matrix.keys().cloned());
-                if let Some(skip_if) = &sweep.skip_if {
-                    match super::template::expression_variables(&skip_if.value) {
-                        Ok(used) => note_undefined(&mut undefined, skip_if, used, &local, host),
-                        Err(e) => errors.push(template_error(config, skip_if, "skip_if", &e)),
-                    }
+            local.extend(kind.own_variables().into_iter().map(String::from));
+            for (field, expr) in kind.expressions() {
+                match super::template::expression_variables(&expr.value) {
+                    Ok(used) => note_undefined(&mut undefined, expr, used, &local, host),
+                    Err(e) => errors.push(template_error(config, expr, field, &e)),
                 }
             }
-            for (text, _) in step.templates() {
+            for (text, _) in kind.templates() {
                 match super::template::variables(&text.value) {
                     Ok(used) => note_undefined(&mut undefined, text, used, &local, host),
                     Err(e) => errors.push(template_error(config, text, "template", &e)),
                 }
             }
-            defined.extend(step.provides().iter().map(|s| s.to_string()));
+            defined.extend(kind.provides().iter().map(|s| s.to_string()));
         }
     }
     for ((_, _, var), (loc, hosts)) in undefined {

@@ -74,7 +74,7 @@ fn suggest_step_kind(message: &str) -> String {
     let Some((given, _)) = rest.split_once('`') else {
         return message.to_string();
     };
-    match crate::config::closest(given, crate::config::playbook::STEP_KINDS) {
+    match crate::config::closest(given, crate::config::steps::STEP_KINDS) {
         Some(best) => format!("{message}; did you mean `{best}`?"),
         None => message.to_string(),
     }

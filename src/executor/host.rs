@@ -105,7 +105,7 @@ impl HostJob {
     }
 
     /// Runs the steps in order; returns where the host stopped, if it failed.
-    async fn run_steps(&self, ctx: &mut HostCtx, mut vars: plan::HostVars) -> Option<Stop> {
+    async fn run_steps(&self, ctx: &mut HostCtx, mut vars: crate::config::HostVars) -> Option<Stop> {
         let mut first_failure = None;
         for (index, step) in self.config.playbook.steps.iter().enumerate() {
             let label = format!("{}. {}", index + 1, step.display_name());

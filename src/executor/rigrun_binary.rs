@@ -49,7 +49,8 @@ pub async fn path_on_host(
 /// Whether any step's template names `var`.
 fn playbook_uses(config: &Config, var: &str) -> bool {
     config.playbook.steps.iter().any(|step| {
-        step.templates()
+        step.as_kind()
+            .templates()
             .iter()
             .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
     })

@@ -12,8 +12,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{HostCtx, StepOutcome};
+use crate::config::steps::copy_script::CopyScriptPlan;
 use crate::config::template::{render, shell_quote};
-use crate::config::Quoting;
+use crate::config::{HostVars, Quoting};
 use crate::plan::PlannedStep;
 
 /// What an upload did.
@@ -29,25 +30,23 @@ pub struct Upload {
 pub async fn run(
     ctx: &mut HostCtx,
     step: &PlannedStep,
-    src: &Path,
-    dest: &str,
-    mode: Option<u32>,
-    template: bool,
-    vars: &crate::plan::HostVars,
+    plan: &CopyScriptPlan,
+    vars: &HostVars,
 ) -> Result<StepOutcome> {
+    let src = &plan.src;
     let mut data = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
-    if template {
+    if plan.template {
         let text = String::from_utf8(data)
             .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
         data = render(&text, Quoting::Plain, &crate::config::context(vars))
             .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
             .into_bytes();
     }
-    let mode = match mode {
+    let mode = match plan.mode {
         Some(m) => m,
         None => std::fs::metadata(src)?.permissions().mode() & 0o7777,
     };
-    let dest = ctx.resolve(dest);
+    let dest = ctx.resolve(&plan.dest);
     let upload = upload_if_changed(ctx, &data, &dest, mode, Some(&ctx.step_dir(step)?)).await?;
     Ok(StepOutcome::ok(json!({
         "src": src.display().to_string(),

@@ -11,6 +11,7 @@ use serde_json::{json, Value as Json};
 use super::copy_script::sha256_hex;
 use super::run_sweep::parse_record;
 use super::{HostCtx, StepOutcome};
+use crate::config::steps::fetch_results::FetchResultsPlan;
 use crate::config::template::shell_quote;
 use crate::events::RecordStatus;
 use crate::plan::PlannedStep;
@@ -23,8 +24,8 @@ struct Listed {
     path: String,
 }
 
-pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, src: &str, records: bool) -> Result<StepOutcome> {
-    let pattern = ctx.resolve(src);
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan) -> Result<StepOutcome> {
+    let pattern = ctx.resolve(&plan.src);
     let listed = list(ctx, &pattern).await?;
     if listed.is_empty() {
         return Ok(StepOutcome::failed(
@@ -47,7 +48,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, src: &str, records: bool
             std::fs::create_dir_all(parent)?;
         }
         std::fs::write(&local, &data).with_context(|| format!("cannot write {}", local.display()))?;
-        let count = if records {
+        let count = if plan.records {
             record_file(ctx, step, &rel, &data)
         } else {
             0

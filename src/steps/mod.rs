@@ -22,8 +22,10 @@ pub use command::run_logged;
 pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
+use crate::config::steps::Action;
+use crate::config::HostVars;
 use crate::events::{Event, EventSender, Record, RecordStatus, Status};
-use crate::plan::{Action, HostVars, PlannedStep};
+use crate::plan::PlannedStep;
 use crate::store::RunDir;
 use crate::transport::Transport;
 
@@ -120,7 +122,7 @@ impl HostCtx {
 /// applies per point instead).
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> StepOutcome {
     let timeout = match step.action {
-        Action::RunSweep { .. } => None,
+        Action::RunSweep(_) => None,
         _ => step.timeout,
     };
     let work = dispatch(ctx, step, vars);
@@ -137,33 +139,15 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Step
     result.unwrap_or_else(|e| StepOutcome::failed(format!("{e:#}"), Json::Null))
 }
 
+/// Hands the step's typed plan to its kind's module.
 async fn dispatch(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Result<StepOutcome> {
     match &step.action {
-        Action::VerifyServer {
-            url,
-            model,
-            wait,
-            smoke,
-            api_key_env,
-        } => verify_server::run(ctx, url, model.as_deref(), *wait, *smoke, api_key_env.as_deref()).await,
-        Action::CopyScript {
-            src,
-            dest,
-            mode,
-            template,
-        } => copy_script::run(ctx, step, src, dest, *mode, *template, vars).await,
-        Action::RunSweep {
-            points,
-            stop_on_failure,
-        } => run_sweep::run(ctx, step, points, *stop_on_failure).await,
-        Action::FetchResults { src, records } => fetch_results::run(ctx, step, src, *records).await,
-        Action::Shell { command } => shell::run(ctx, step, command).await,
-        Action::StartServer {
-            command,
-            url,
-            wait,
-            keep,
-        } => start_server::run(ctx, step, command, url, *wait, *keep).await,
+        Action::VerifyServer(plan) => verify_server::run(ctx, plan).await,
+        Action::CopyScript(plan) => copy_script::run(ctx, step, plan, vars).await,
+        Action::RunSweep(plan) => run_sweep::run(ctx, step, plan).await,
+        Action::FetchResults(plan) => fetch_results::run(ctx, step, plan).await,
+        Action::Shell(plan) => shell::run(ctx, step, plan).await,
+        Action::StartServer(plan) => start_server::run(ctx, step, plan).await,
         Action::Deferred { reason } => Ok(StepOutcome::failed(
             format!("the step could not be planned: it {reason}, but no earlier step provided it"),
             json!(null),

@@ -7,19 +7,15 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 
 use super::{run_logged, HostCtx, StepOutcome};
+use crate::config::steps::run_sweep::RunSweepPlan;
 use crate::events::{Event, RecordStatus, Status};
-use crate::plan::{PlannedStep, Point};
+use crate::plan::PlannedStep;
 use crate::store::slug;
 
-pub async fn run(
-    ctx: &mut HostCtx,
-    step: &PlannedStep,
-    points: &[Point],
-    stop_on_failure: bool,
-) -> Result<StepOutcome> {
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
     let (mut ok, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
-    for (n, point) in points.iter().enumerate() {
+    for (n, point) in plan.points.iter().enumerate() {
         let label = point.label();
         if let Some(reason) = &point.skip {
             skipped += 1;
@@ -90,20 +86,21 @@ pub async fn run(
                     started,
                 );
                 failed.push(format!("{label}: {why}"));
-                if stop_on_failure {
+                if plan.stop_on_failure {
                     break;
                 }
             }
         }
     }
-    let details = json!({ "points": points.len(), "ok": ok, "failed": failed.len(), "skipped": skipped });
+    let details =
+        json!({ "points": plan.points.len(), "ok": ok, "failed": failed.len(), "skipped": skipped });
     if failed.is_empty() {
         return Ok(StepOutcome::ok(details));
     }
     let error = format!(
         "{} of {} points failed ({})",
         failed.len(),
-        points.len(),
+        plan.points.len(),
         failed.join("; ")
     );
     Ok(StepOutcome {
@@ -112,7 +109,7 @@ pub async fn run(
         details,
         provides: Default::default(),
         // Later steps (fetching what was measured) still run unless told to stop.
-        stop_host: stop_on_failure,
+        stop_host: plan.stop_on_failure,
     })
 }
 

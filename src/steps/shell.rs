@@ -4,9 +4,11 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::{run_logged, HostCtx, StepOutcome};
+use crate::config::steps::shell::ShellPlan;
 use crate::plan::PlannedStep;
 
-pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, command: &str) -> Result<StepOutcome> {
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &ShellPlan) -> Result<StepOutcome> {
+    let command = &plan.command;
     let log_base = ctx.step_dir(step)?.join("output");
     let end = run_logged(ctx, command, &step.name, &log_base, None, &mut |_| {}).await?;
     let details = json!({ "command": command, "exit_code": end.exit_code });

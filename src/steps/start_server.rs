@@ -9,7 +9,6 @@
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::json;
@@ -17,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::http::wait_until_up;
 use super::{HostCtx, StepOutcome};
+use crate::config::steps::start_server::StartServerPlan;
 use crate::config::template::shell_quote;
 use crate::plan::PlannedStep;
 
@@ -42,17 +42,11 @@ struct Watch {
     ended: Option<String>,
 }
 
-pub async fn run(
-    ctx: &mut HostCtx,
-    step: &PlannedStep,
-    command: &str,
-    url: &str,
-    wait: Duration,
-    keep: bool,
-) -> Result<StepOutcome> {
+pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) -> Result<StepOutcome> {
+    let (command, url) = (plan.command.as_str(), plan.url.as_str());
     let log_path = ctx.step_dir(step)?.join("server.log");
     let watch = Arc::new(Mutex::new(Watch::default()));
-    let (task, detached) = if keep {
+    let (task, detached) = if plan.keep {
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
         (
@@ -79,9 +73,9 @@ pub async fn run(
         "log": log_path.strip_prefix(&ctx.run_dir).unwrap_or(&log_path).display().to_string(),
         "remote_log": detached.as_ref().map(|d| &d.log),
         "remote_process_group": detached.as_ref().map(|d| d.pid),
-        "keep": keep,
+        "keep": plan.keep,
     });
-    match wait_until_up(&endpoint, wait, None, &gone).await {
+    match wait_until_up(&endpoint, plan.wait, None, &gone).await {
         Ok((info, waited)) => {
             if let Some(task) = task {
                 ctx.servers.push(BackgroundServer {

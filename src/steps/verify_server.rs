@@ -2,23 +2,16 @@
 //! the host's loopback), polling until it answers or `wait` runs out; then what the server tells
 //! about itself (engine, version, launch arguments), kept in the step's details in the manifest.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::http::{server_facts, smoke, wait_until_up};
 use super::{HostCtx, StepOutcome};
+use crate::config::steps::verify_server::VerifyServerPlan;
 
-pub async fn run(
-    ctx: &mut HostCtx,
-    url: &str,
-    model: Option<&str>,
-    wait: Duration,
-    smoke_test: bool,
-    api_key_env: Option<&str>,
-) -> Result<StepOutcome> {
-    let api_key = api_key(api_key_env)?;
+pub async fn run(ctx: &mut HostCtx, plan: &VerifyServerPlan) -> Result<StepOutcome> {
+    let (url, model, wait) = (&plan.url, plan.model.as_deref(), plan.wait);
+    let api_key = api_key(plan.api_key_env.as_deref())?;
     let endpoint = ctx.transport.http_endpoint(url).await?;
     let (info, waited) = match wait_until_up(&endpoint, wait, api_key.as_deref(), &|| None).await {
         Ok(up) => up,
@@ -54,7 +47,7 @@ pub async fn run(
             ));
         }
     }
-    if smoke_test {
+    if plan.smoke {
         let model = model
             .or(info.models.first().map(String::as_str))
             .unwrap_or_default();

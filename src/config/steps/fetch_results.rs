@@ -1,0 +1,52 @@
+//! `fetch-results`: download files matching a glob on the host into the run directory.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::{yes, Describe, Plans, StepKind};
+use crate::config::duration::Dur;
+use crate::config::playbook::{Quoting, Text};
+use crate::config::render::{RenderError, Renderer};
+
+/// As written in the playbook.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchResults {
+    pub name: Option<String>,
+    pub timeout: Option<Dur>,
+    pub src: Text,
+    /// Turn fetched JSON result files into records (default true).
+    #[serde(default = "yes")]
+    pub records: bool,
+}
+
+/// Planned for one host.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchResultsPlan {
+    pub src: String,
+    pub records: bool,
+}
+
+impl StepKind for FetchResults {
+    fn templates(&self) -> Vec<(&Text, Quoting)> {
+        vec![(&self.src, Quoting::Plain)]
+    }
+}
+
+impl Plans for FetchResults {
+    type Plan = FetchResultsPlan;
+
+    fn plan(&self, r: &Renderer) -> Result<FetchResultsPlan, RenderError> {
+        Ok(FetchResultsPlan {
+            src: r.render(&self.src, Quoting::Plain)?,
+            records: self.records,
+        })
+    }
+}
+
+impl Describe for FetchResultsPlan {
+    fn describe(&self, out: &mut String, head: &str) {
+        let _ = writeln!(out, "{head}: fetch {} into the run directory", self.src);
+    }
+}

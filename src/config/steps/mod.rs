@@ -1,0 +1,179 @@
+//! The step kinds, one module each: the kind's YAML struct, its typed plan (templates rendered
+//! for one host) and how `rigrun plan` describes that plan. `steps/<kind>.rs` runs the plan.
+//!
+//! The kinds sit in config, below `plan.rs`, because a kind's plan needs only config and its
+//! templates (`render.rs`); `plan.rs` keeps the hosts × steps orchestration around them.
+//! `step_kinds!` lists the kinds once and generates `Step`, `Action` and `STEP_KINDS` from it.
+
+pub mod copy_script;
+pub mod fetch_results;
+pub mod run_sweep;
+pub mod shell;
+pub mod start_server;
+pub mod verify_server;
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use serde_saphyr::Spanned;
+
+use super::duration::Dur;
+use super::playbook::{Quoting, Text};
+use super::reference::References;
+use super::render::{RenderError, Renderer};
+pub use run_sweep::Point;
+
+/// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
+pub const DEFAULT_SERVER_WAIT: Duration = Duration::from_secs(30);
+
+/// A sweep's matrix as written: axis → values.
+pub type Matrix = IndexMap<String, Spanned<Vec<Json>>>;
+
+/// What a kind's YAML struct tells the layers above. Every struct also has the fields
+/// `name: Option<String>` and `timeout: Option<Dur>`, which `step_kinds!` reads directly.
+pub trait StepKind {
+    /// Every template of the step with its quoting, for checking variables before anything runs.
+    fn templates(&self) -> Vec<(&Text, Quoting)>;
+
+    /// Variables this step makes available to the steps after it.
+    fn provides(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Variables the step defines for its own templates (a sweep's matrix axes).
+    fn own_variables(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// Expressions (not templates) the step evaluates, by field name, such as `skip_if`.
+    fn expressions(&self) -> Vec<(&'static str, &Text)> {
+        Vec::new()
+    }
+
+    /// Expected values for the step's points, with the matrix that names those points.
+    fn references(&self) -> Option<(&References, &Matrix)> {
+        None
+    }
+}
+
+/// How a kind renders for one host (apart from `StepKind`, which stays a trait object).
+pub trait Plans: StepKind {
+    /// The step planned for one host; `steps/<kind>.rs` receives it whole.
+    type Plan: Describe;
+
+    fn plan(&self, r: &Renderer) -> Result<Self::Plan, RenderError>;
+}
+
+/// How a kind's plan reads in `rigrun plan`.
+pub trait Describe {
+    /// Writes the step's lines; `head` is `  N. name`.
+    fn describe(&self, out: &mut String, head: &str);
+
+    /// The sweep points the step runs (none for most kinds), for the plan's counts.
+    fn points(&self) -> &[Point] {
+        &[]
+    }
+}
+
+/// Lists the kinds once: `"yaml-name" => Variant(module)`, where `module::Variant` is the YAML
+/// struct and implements `Plans`.
+macro_rules! step_kinds {
+    ($($kind:literal => $variant:ident($module:ident),)*) => {
+        /// Every step kind, as written in YAML.
+        pub const STEP_KINDS: &[&str] = &[$($kind),*];
+
+        /// A step as written. Externally tagged (`- run-sweep: {...}`) so that an error points at
+        /// the exact field.
+        #[derive(Debug, Deserialize)]
+        pub enum Step {
+            $(#[serde(rename = $kind)] $variant($module::$variant),)*
+        }
+
+        /// A step planned for one host.
+        #[derive(Debug, Clone, Serialize)]
+        #[serde(tag = "kind", rename_all = "kebab-case")]
+        pub enum Action {
+            $(#[serde(rename = $kind)] $variant(<$module::$variant as Plans>::Plan),)*
+            /// Depends on values only known while running (e.g. what `verify-server` reports).
+            Deferred { reason: String },
+        }
+
+        impl Step {
+            pub fn kind(&self) -> &'static str {
+                match self { $(Step::$variant(_) => $kind,)* }
+            }
+
+            /// The name shown in progress and tables: `name:` when given, else the kind.
+            pub fn display_name(&self) -> String {
+                let name = match self { $(Step::$variant(s) => &s.name,)* };
+                name.clone().unwrap_or_else(|| self.kind().to_string())
+            }
+
+            pub fn timeout(&self) -> Option<Dur> {
+                match self { $(Step::$variant(s) => s.timeout,)* }
+            }
+
+            /// What every kind answers: templates, provided variables, references.
+            pub fn as_kind(&self) -> &dyn StepKind {
+                match self { $(Step::$variant(s) => s,)* }
+            }
+
+            /// Renders the step for one host.
+            pub fn plan(&self, r: &Renderer) -> Result<Action, RenderError> {
+                Ok(match self { $(Step::$variant(s) => Action::$variant(s.plan(r)?),)* })
+            }
+        }
+
+        impl Action {
+            /// The step's lines for `rigrun plan`; `head` is `  N. name`.
+            pub fn describe(&self, out: &mut String, head: &str) {
+                match self {
+                    $(Action::$variant(p) => p.describe(out, head),)*
+                    Action::Deferred { reason } => {
+                        let _ = writeln!(out, "{head}: decided at run time ({reason})");
+                    }
+                }
+            }
+
+            /// The sweep points the step runs (none for most kinds).
+            pub fn points(&self) -> &[Point] {
+                match self {
+                    $(Action::$variant(p) => p.points(),)*
+                    Action::Deferred { .. } => &[],
+                }
+            }
+        }
+    };
+}
+
+step_kinds! {
+    "verify-server" => VerifyServer(verify_server),
+    "copy-script" => CopyScript(copy_script),
+    "run-sweep" => RunSweep(run_sweep),
+    "fetch-results" => FetchResults(fetch_results),
+    "shell" => Shell(shell),
+    "start-server" => StartServer(start_server),
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_name_reads_as_its_step() {
+        for kind in STEP_KINDS {
+            let yaml = format!("- {kind}: {{}}\n");
+            let err = serde_saphyr::from_str::<Vec<Step>>(&yaml)
+                .unwrap_err()
+                .to_string();
+            assert!(!err.contains("unknown variant"), "{kind}: {err}");
+        }
+    }
+}
