@@ -10,6 +10,8 @@
 //! `SIM_LOAD_PROFILE` is a built-in profile name (default: the Blackwell one) or `stress` (1024
 //! sequences per step of 5..20 ms, ~50k streamed tokens/s); `SIM_LOAD_SECS` the measured window.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../tests/sim_support/mod.rs"]
 mod sim_support;
 
