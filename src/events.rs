@@ -5,7 +5,13 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use crate::transport::Stream;
+/// Which output stream of a command a line came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
 
 /// One measured result (or the reason there is none) for one host, step and sweep point.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -11,16 +11,9 @@ use std::io;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::config::template::shell_quote;
+pub use crate::events::Stream;
 
 const WRAPPER: &str = include_str!("wrapper.sh");
-
-/// Which output stream a line came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
 
 /// A fresh marker for one command's exit line; random so that no output can forge it.
 pub fn new_marker() -> String {
