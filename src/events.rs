@@ -83,6 +83,11 @@ pub enum Event {
         seconds: f64,
     },
     Record(Record),
+    /// Something the user must know that did not stop the step (shown, and journaled).
+    Warning {
+        host: String,
+        message: String,
+    },
     /// A line of a command's output; shown live, kept in the per-point log files, not journaled.
     Output {
         host: String,

@@ -141,6 +141,7 @@ impl Progress {
                 }
                 self.status(host, text);
             }
+            Event::Warning { host, message } => self.line(format!("[{host}] warning: {message}")),
             Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
             _ => {}
         }

@@ -5,6 +5,7 @@ mod command;
 mod copy_script;
 mod fetch_results;
 mod http;
+pub mod record_line;
 mod run_sweep;
 mod shell;
 mod start_server;

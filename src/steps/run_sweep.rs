@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::{json, Value as Json};
 
+use super::record_line::{self, Line};
 use super::{run_logged, HostCtx, StepOutcome};
 use crate::config::steps::run_sweep::RunSweepPlan;
 use crate::events::{Event, RecordStatus, Status};
@@ -44,9 +45,15 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
             point: label.clone(),
         });
         let log_base = dir.join(format!("{:03}-{}", n + 1, slug(&label)));
+        let mut line_number = 0;
         let mut on_stdout = |line: &str| {
-            if let Some(metrics) = parse_record(line) {
-                ctx.record(step, &point.values, metrics, RecordStatus::Ok, None);
+            line_number += 1;
+            match record_line::read(line) {
+                Line::Record(metrics) => ctx.record(step, &point.values, metrics, RecordStatus::Ok, None),
+                Line::Unreadable(why) => {
+                    unreadable(ctx, step, &point.values, &label, line_number, line, &why)
+                }
+                Line::Log => {}
             }
         };
         let end = run_logged(
@@ -133,29 +140,35 @@ fn finish_point(
     });
 }
 
-/// A stdout line that is a JSON object is a record; anything else is log.
-pub fn parse_record(line: &str) -> Option<serde_json::Map<String, Json>> {
-    let trimmed = line.trim();
-    if !trimmed.starts_with('{') {
-        return None;
-    }
-    match serde_json::from_str(trimmed) {
-        Ok(Json::Object(map)) => Some(map),
-        _ => None,
-    }
+/// A line that looked like a record but could not be read: a warning naming host, point and
+/// line, and a record marked invalid in its place, so that the table shows the point was hurt.
+fn unreadable(
+    ctx: &HostCtx,
+    step: &PlannedStep,
+    point: &crate::point::Values,
+    label: &str,
+    number: usize,
+    line: &str,
+    why: &str,
+) {
+    let what = format!(
+        "{} {label}: stdout line {number} is not a record: {why}: {}",
+        step.name,
+        crate::http::excerpt(line.as_bytes())
+    );
+    ctx.emit(Event::Warning {
+        host: ctx.host.clone(),
+        message: format!("{what} (the whole line is in the point's log)"),
+    });
+    let mut metrics = serde_json::Map::new();
+    record_line::mark_invalid(&mut metrics, vec![what]);
+    ctx.record(step, point, metrics, RecordStatus::Ok, None);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_json_objects_are_records() {
-        let rec = parse_record(r#"  {"output_throughput": 172.4, "completed": 5}"#).unwrap();
-        assert_eq!(rec["output_throughput"], json!(172.4));
-        assert!(parse_record("[1, 2]").is_none());
-        assert!(parse_record("warming up...").is_none());
-        assert!(parse_record("{not json").is_none());
-        assert!(parse_record("42").is_none());
+/// A line that is a JSON object is a record (repaired when it held non-finite numbers).
+pub fn parse_record(line: &str) -> Option<serde_json::Map<String, Json>> {
+    match record_line::read(line) {
+        Line::Record(map) => Some(map),
+        Line::Unreadable(_) | Line::Log => None,
     }
 }

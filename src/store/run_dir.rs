@@ -136,22 +136,45 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// Reads `records.jsonl`; a line cut short by a crash is reported with its line number.
+/// Reads `records.jsonl`. A line that is not a record (cut short by a full disk, a crash or a
+/// kill mid-write, or garbled) is skipped with a warning on stderr naming the file and line;
+/// everything intact is read.
 pub fn read_records(dir: &Path) -> Result<(Manifest, Vec<Record>)> {
     let manifest = read_manifest(dir)?;
     let path = dir.join("records.jsonl");
     let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut records = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record = serde_json::from_str(&line)
-            .with_context(|| format!("{}:{}: not a record", path.display(), n + 1))?;
-        records.push(record);
+    let (records, skipped) = parse_records(BufReader::new(file));
+    for (line, why) in skipped {
+        eprintln!(
+            "warning: {}:{line}: not a record ({why}); skipped, everything else is read",
+            path.display()
+        );
     }
     Ok((manifest, records))
+}
+
+/// The records of a journal, and the lines (1-based) that are not records, with why.
+fn parse_records(reader: impl BufRead) -> (Vec<Record>, Vec<(usize, String)>) {
+    let (mut records, mut skipped) = (Vec::new(), Vec::new());
+    for (n, line) in reader.split(b'\n').enumerate() {
+        let parsed = line
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<Option<Record>>(&bytes).or_else(|e| blank(&bytes, e)));
+        match parsed {
+            Ok(Some(record)) => records.push(record),
+            Ok(None) => {}
+            Err(why) => skipped.push((n + 1, why)),
+        }
+    }
+    (records, skipped)
+}
+
+/// An empty or blank line is no record and no damage either.
+fn blank(bytes: &[u8], error: serde_json::Error) -> Result<Option<Record>, String> {
+    match bytes.iter().all(u8::is_ascii_whitespace) {
+        true => Ok(None),
+        false => Err(error.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -191,6 +214,19 @@ mod tests {
             err.contains("written by a newer rigrun") && err.contains("update rigrun"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn damaged_journal_lines_are_skipped_and_named() {
+        let good =
+            r#"{"run":"r","host":"h","step":"s","step_index":0,"point":{},"metrics":{"x":1},"status":"ok"}"#;
+        let mut journal = format!("{good}\n\n{{\"run\":\"r\",\"ho\n").into_bytes();
+        journal.extend_from_slice(b"\0\xffgarbage\n");
+        journal.extend_from_slice(format!("{good}\n{}", &good[..40]).as_bytes());
+        let (records, skipped) = parse_records(journal.as_slice());
+        assert_eq!(records.len(), 2);
+        let lines: Vec<usize> = skipped.iter().map(|(n, _)| *n).collect();
+        assert_eq!(lines, [3, 4, 6], "{skipped:?}");
     }
 
     #[test]

@@ -280,3 +280,64 @@ fn outputs_on_the_fixture_runs_are_as_recorded() {
         );
     }
 }
+
+/// Outputs real benchmark scripts produce: Python's `json.dumps` writes NaN, a line cut short.
+const DAMAGED: &str = r#"
+name: damaged
+hosts: [fast]
+steps:
+  - run-sweep:
+      matrix: {concurrency: [1, 2]}
+      command: >-
+        {% if concurrency == 1 %}echo '{"output_throughput": NaN, "completed": 4}'{% else %}echo '{"output_throughput": 17'{% endif %}
+"#;
+
+#[test]
+fn records_that_json_cannot_hold_are_kept_marked_and_a_damaged_journal_still_reads() {
+    let dir = setup();
+    std::fs::write(dir.path().join("damaged.yaml"), DAMAGED).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "damaged.yaml", "--runs-dir", "runs"]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[fast] warning: run-sweep concurrency=2: stdout line 1 is not a record"),
+        "{stderr}"
+    );
+    let run = only_run_dir(&dir.path().join("runs"));
+    let recs = records(&run);
+    assert_eq!(recs.len(), 2, "one record per point, none dropped: {recs:?}");
+    let nan = &recs[0]["metrics"];
+    assert_eq!(
+        (nan["output_throughput"].clone(), nan["completed"].clone()),
+        (serde_json::Value::Null, 4.into())
+    );
+    assert_eq!(nan["valid"], false);
+    assert!(
+        nan["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("`output_throughput` was NaN"),
+        "{nan}"
+    );
+    assert_eq!(recs[1]["metrics"]["valid"], false);
+    let table = show(&run, "markdown");
+    assert_eq!(
+        table.matches("invalid").count() >= 2,
+        true,
+        "both points show: {table}"
+    );
+
+    // A journal whose last line was cut short (a full disk, a kill mid-write): the rest reads.
+    let journal = run.join("records.jsonl");
+    let mut text_now = std::fs::read_to_string(&journal).unwrap();
+    text_now.push_str(r#"{"run":"x","host":"fast","ste"#);
+    std::fs::write(&journal, text_now).unwrap();
+    let out = rigrun().args(["show", run.to_str().unwrap()]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("concurrency=1"), "{stdout}");
+    assert!(
+        stderr.contains(&format!("warning: {}:3: not a record", journal.display())),
+        "{stderr}"
+    );
+}
