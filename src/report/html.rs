@@ -5,15 +5,12 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
-
 use super::cell::Cell;
-use super::charts;
-use super::compare::{compare_runs, host_grids, CompareOptions};
 use super::header::{Header, HostFacts};
+use super::model::{Grid, Report, RunSummary, Section, Topic};
 use super::scaling;
 use super::svg::escape;
-use super::{group, is_main_step, references, with_notes, Grid, Run, Verdict};
+use super::Verdict;
 use crate::point::value_text;
 
 const STYLE: &str = r#"
@@ -41,49 +38,36 @@ svg .grid { stroke: #eceef1; } svg .axis { stroke: #8a919c; }
 ul.scaling { margin: 4px 0; padding-left: 20px; }
 "#;
 
-/// The report of `runs` as one HTML document.
-pub fn render(runs: &[Run], opts: &CompareOptions) -> Result<String> {
-    let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
+/// The report as one HTML document.
+pub fn render(report: &Report) -> String {
     let mut html = String::new();
-    let title = format!(
-        "rigrun report: {}",
-        manifests
-            .iter()
-            .map(|m| m.run_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let ids: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
+    let title = format!("rigrun report: {}", ids.join(", "));
     let _ = write!(
         html,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'"><title>{}</title><style>{STYLE}</style></head><body>"#,
         escape(&title)
     );
-    intro(&mut html, runs);
-    hosts(&mut html, &Header::new(&manifests));
-    let across = match runs.len() {
-        1 => Vec::new(),
-        _ => compare_runs(runs, opts)?,
-    };
-    for (index, name) in step_keys(runs) {
-        step_section(&mut html, runs, opts, &across, index, &name)?;
+    intro(&mut html, &report.runs);
+    hosts(&mut html, &report.header);
+    for section in &report.sections {
+        self::section(&mut html, section);
     }
-    references_section(&mut html, runs);
     html.push_str("</body></html>\n");
-    Ok(html)
+    html
 }
 
-fn intro(html: &mut String, runs: &[Run]) {
+fn intro(html: &mut String, runs: &[RunSummary]) {
     html.push_str("<header><h1>rigrun report</h1>");
     for run in runs {
-        let m = &run.manifest;
         let _ = write!(
             html,
             r#"<p class="muted">run <b>{}</b> · playbook {} ({}) · started {} · status {}</p>"#,
-            escape(&m.run_id),
-            escape(&m.playbook.name),
-            escape(&m.playbook.path),
-            m.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            escape(&format!("{:?}", m.status).to_lowercase())
+            escape(&run.run_id),
+            escape(&run.playbook_name),
+            escape(&run.playbook_path),
+            run.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            escape(&format!("{:?}", run.status).to_lowercase())
         );
     }
     let _ = write!(
@@ -145,73 +129,29 @@ fn host_card(html: &mut String, host: &HostFacts) {
     html.push_str("</div>");
 }
 
-/// The steps the report covers, in order: each run's main steps (see `is_main_step`).
-fn step_keys(runs: &[Run]) -> Vec<(usize, String)> {
-    let mut keys: Vec<(usize, String)> = Vec::new();
-    for run in runs {
-        let groups = group(&run.records);
-        for step in groups.iter().filter(|s| is_main_step(&groups, s)) {
-            let key = (step.step_index, step.step.clone());
-            if !keys.contains(&key) {
-                keys.push(key);
+/// A step's charts (and why any was left out) and tables, or the references' tables.
+fn section(html: &mut String, section: &Section) {
+    match &section.topic {
+        Topic::Step { index, name } => {
+            let _ = write!(
+                html,
+                r#"<section class="step" id="step-{}"><h2>Step {}: {}</h2>"#,
+                index + 1,
+                index + 1,
+                escape(name)
+            );
+            html.push_str(r#"<div class="charts">"#);
+            for chart in &section.charts {
+                html.push_str(&chart.render());
+            }
+            html.push_str("</div>");
+            for why in &section.charts_left_out {
+                let _ = write!(html, r#"<p class="note">{}</p>"#, escape(why));
             }
         }
+        Topic::References => html.push_str(r#"<section id="references"><h2>References</h2>"#),
     }
-    keys.sort();
-    keys
-}
-
-fn step_section(
-    html: &mut String,
-    runs: &[Run],
-    opts: &CompareOptions,
-    across: &[Grid],
-    index: usize,
-    name: &str,
-) -> Result<()> {
-    let _ = write!(
-        html,
-        r#"<section class="step" id="step-{}"><h2>Step {}: {}</h2>"#,
-        index + 1,
-        index + 1,
-        escape(name)
-    );
-    let (charts, left_out) = charts::for_step(runs, index, name);
-    html.push_str(r#"<div class="charts">"#);
-    for chart in &charts {
-        html.push_str(&chart.render());
-    }
-    html.push_str("</div>");
-    for why in left_out {
-        let _ = write!(html, r#"<p class="note">{}</p>"#, escape(&why));
-    }
-    for run in runs {
-        let groups = group(&run.records);
-        let steps: Vec<_> = groups
-            .iter()
-            .filter(|s| s.step_index == index && s.step == name)
-            .collect();
-        for grid in host_grids(run, &steps, opts)? {
-            table(html, &grid);
-        }
-    }
-    for grid in across
-        .iter()
-        .filter(|g| g.step.as_ref().is_some_and(|(i, n)| *i == index && n == name))
-    {
-        table(html, grid);
-    }
-    html.push_str("</section>");
-    Ok(())
-}
-
-fn references_section(html: &mut String, runs: &[Run]) {
-    let grids: Vec<Grid> = runs.iter().filter_map(references::grid).collect();
-    if grids.is_empty() {
-        return;
-    }
-    html.push_str(r#"<section id="references"><h2>References</h2>"#);
-    for grid in &grids {
+    for grid in &section.grids {
         table(html, grid);
     }
     html.push_str("</section>");
@@ -229,16 +169,11 @@ fn table(html: &mut String, grid: &Grid) {
         let _ = write!(html, "<th>{}</th>", escape(column));
     }
     html.push_str("</tr></thead><tbody>");
-    let (rows, notes) = with_notes(grid);
+    let (rows, notes) = grid.with_notes();
     for (cells, texts) in grid.rows.iter().zip(rows) {
         html.push_str("<tr>");
         for (cell, text) in cells.iter().zip(texts) {
-            let _ = write!(
-                html,
-                r#"<td class="{}">{}</td>"#,
-                class(cell, &text),
-                escape(&text)
-            );
+            let _ = write!(html, r#"<td class="{}">{}</td>"#, class(cell), escape(&text));
         }
         html.push_str("</tr>");
     }
@@ -261,7 +196,7 @@ fn table(html: &mut String, grid: &Grid) {
 }
 
 /// The CSS class of a cell: what it is and, for judged cells, the verdict.
-fn class(cell: &Cell, text: &str) -> &'static str {
+fn class(cell: &Cell) -> &'static str {
     match cell {
         Cell::Value {
             reference: Some(r), ..
@@ -270,23 +205,21 @@ fn class(cell: &Cell, text: &str) -> &'static str {
             reference: Some(_), ..
         } => "num met",
         Cell::Value { .. } => "num",
-        Cell::Derived {
+        Cell::Change {
             verdict: Some(Verdict::Regression),
             ..
         } => "num regression",
-        Cell::Derived {
+        Cell::Change {
             verdict: Some(Verdict::Improvement),
             ..
         } => "num improvement",
-        Cell::Derived { .. } => "num",
+        Cell::Ratio { .. } | Cell::Change { .. } => "num",
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
         Cell::Missing => "missing",
-        Cell::Label { .. } => match text {
-            "MISSED" => "missed",
-            "met" => "met",
-            _ => "label",
-        },
+        Cell::Check { met: false } => "missed",
+        Cell::Check { met: true } => "met",
+        Cell::Label { .. } => "label",
     }
 }
