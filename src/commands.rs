@@ -157,7 +157,7 @@ pub fn report(args: &ReportArgs) -> Result<Exit> {
     let runs = open_runs(&args.runs.run_dirs)?;
     let opts = comparison(&args.runs);
     let model = report::build(&runs, &Contents::Report(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
-    let html = report::html(&model);
+    let html = report::html(&model)?;
     std::fs::write(&args.out, html).map_err(|e| {
         Invalid(format!(
             "--out {}: cannot write the report: {e}; choose a writable path",
