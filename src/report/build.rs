@@ -24,10 +24,10 @@ pub enum Contents<'a> {
     Report(&'a CompareOptions<'a>),
 }
 
-/// The report of `runs`: an error for a `--baseline` no run has, or no run at all.
+/// The report of `runs`: an error for a `--baseline` the runs compared do not have, or no run.
 pub fn build(runs: &[Run], contents: &Contents) -> Result<Report> {
     if runs.is_empty() {
-        bail!("compare needs at least one run directory");
+        bail!("no run directory given");
     }
     let mut sections = match *contents {
         Contents::Steps { metric } => runs.iter().flat_map(|r| every_step(r, metric)).collect(),
@@ -47,12 +47,8 @@ pub fn build(runs: &[Run], contents: &Contents) -> Result<Report> {
 /// `show`: a section per step of the run, each with its table.
 fn every_step(run: &Run, metric: Option<&str>) -> Vec<Section> {
     let tables = RunTables::new(run);
-    let sections = tables
-        .steps
-        .iter()
-        .map(|step| Section::tables(topic(step), vec![tables.grid(step, metric)]))
-        .collect();
-    sections
+    let section = |step| Section::tables(topic(step), vec![tables.grid(step, metric)]);
+    tables.steps.iter().map(section).collect()
 }
 
 /// Within one run, per main step: the hosts side by side with their ratios to the baseline.
