@@ -12,7 +12,7 @@ use crate::executor::{self, RunOptions};
 use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
-use crate::report::{self, CompareOptions, Format, Header, Run};
+use crate::report::{self, CompareOptions, Contents, Format, Run};
 
 /// How a command that returned `err` ends: invalid input (a config error included), or failed.
 pub fn exit_for(err: &anyhow::Error) -> Exit {
@@ -80,9 +80,14 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
     };
     let outcome = executor::run(config, opts, progress).await?;
     let run = Run::open(&outcome.run_dir)?;
-    let header = Header::new(&[&run.manifest]);
-    let grids = report::closing_grids(&run, args.metric.as_deref())?;
-    print!("{}", report::render(&grids, Format::Table, &header));
+    // The closing table: `compare` of the run, the first host as the baseline.
+    let opts = CompareOptions {
+        metric: args.metric.as_deref(),
+        baseline: None,
+        tolerance: report::DEFAULT_TOLERANCE,
+    };
+    let closing = report::build(std::slice::from_ref(&run), &Contents::Comparison(&opts))?;
+    print!("{}", report::render(&closing, Format::Table));
     for line in &outcome.failures {
         eprintln!("error: {line}");
     }
@@ -115,21 +120,20 @@ fn open_run(dir: &std::path::Path) -> Result<Run> {
 
 pub fn show(args: &ShowArgs) -> Result<Exit> {
     let run = open_run(&args.run_dir)?;
-    let grids = report::show_grids(&run, args.metric.as_deref());
-    let header = Header::new(&[&run.manifest]);
-    print!("{}", report::render(&grids, args.format, &header));
+    let contents = Contents::Steps {
+        metric: args.metric.as_deref(),
+    };
+    let shown = report::build(std::slice::from_ref(&run), &contents)?;
+    print!("{}", report::render(&shown, args.format));
     Ok(Exit::Ok)
 }
 
 pub fn compare(args: &CompareArgs) -> Result<Exit> {
     let runs = open_runs(&args.runs.run_dirs)?;
     let opts = comparison(&args.runs);
-    let grids = report::compare(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
-    let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
-    print!(
-        "{}",
-        report::render(&grids, args.format, &Header::new(&manifests))
-    );
+    let compared =
+        report::build(&runs, &Contents::Comparison(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
+    print!("{}", report::render(&compared, args.format));
     Ok(Exit::Ok)
 }
 
@@ -149,7 +153,8 @@ fn comparison(args: &ComparisonArgs) -> CompareOptions<'_> {
 pub fn report(args: &ReportArgs) -> Result<Exit> {
     let runs = open_runs(&args.runs.run_dirs)?;
     let opts = comparison(&args.runs);
-    let html = report::html(&runs, &opts).map_err(|e| Invalid(format!("{e:#}")))?;
+    let model = report::build(&runs, &Contents::Report(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
+    let html = report::html(&model)?;
     std::fs::write(&args.out, html).map_err(|e| {
         Invalid(format!(
             "--out {}: cannot write the report: {e}; choose a writable path",

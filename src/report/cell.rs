@@ -7,27 +7,27 @@ use serde_json::Value as Json;
 use crate::config::reference::Expected;
 use crate::events::{Record, RecordStatus};
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
+/// What a cell is; every format decides how to show it from its kind, never from its text.
+#[derive(Clone, Debug)]
 pub enum Cell {
-    /// A measured value.
+    /// A measured value, checked against its reference when the playbook states one.
     Value {
         value: f64,
-        #[serde(skip_serializing_if = "Option::is_none")]
         reference: Option<RefCheck>,
     },
-    /// A derived number such as a ratio or a change in percent, with its unit; a change beyond
-    /// the tolerance carries its verdict.
-    Derived {
+    /// A host's value over the baseline host's: `×1.23`.
+    Ratio {
         value: f64,
-        unit: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
+    },
+    /// A change in percent (across runs, or from a reference); a change beyond the tolerance
+    /// carries its verdict.
+    Change {
+        percent: f64,
         verdict: Option<Verdict>,
     },
     /// The benchmark said the record is not valid (`valid: false`); its value, if any, is
     /// shown for the record but never compared.
     Invalid {
-        #[serde(skip_serializing_if = "Option::is_none")]
         value: Option<f64>,
         reason: String,
     },
@@ -42,6 +42,10 @@ pub enum Cell {
     /// A row label or other text.
     Label {
         text: String,
+    },
+    /// Whether a reference was met: `met` or `MISSED`.
+    Check {
+        met: bool,
     },
 }
 
@@ -126,21 +130,18 @@ impl Cell {
                 Some(_) => format!("{} ✗", format_number(*value)),
                 None => format_number(*value),
             },
-            Cell::Derived { value, unit, verdict } => {
-                let number = match *unit {
-                    "x" => format!("×{value:.2}"),
-                    unit => format!("{value:+.1}{unit}"),
-                };
-                match verdict {
-                    Some(v) => format!("{number} {}", v.as_str()),
-                    None => number,
-                }
-            }
+            Cell::Ratio { value } => format!("×{value:.2}"),
+            Cell::Change { percent, verdict } => match verdict {
+                Some(v) => format!("{percent:+.1}% {}", v.as_str()),
+                None => format!("{percent:+.1}%"),
+            },
             Cell::Invalid { reason, .. } => format!("invalid: {reason}"),
             Cell::Skipped { reason } => format!("skipped: {reason}"),
             Cell::Failed { reason } => format!("FAILED: {reason}"),
             Cell::Missing => "—".to_string(),
             Cell::Label { text } => text.clone(),
+            Cell::Check { met: true } => "met".to_string(),
+            Cell::Check { met: false } => "MISSED".to_string(),
         }
     }
 
@@ -241,15 +242,9 @@ mod tests {
         assert_eq!(Cell::value(1647.25).text(), "1647.2");
         assert_eq!(Cell::value(12.3456).text(), "12.35");
         assert_eq!(Cell::value(0.01234).text(), "0.012");
-        let ratio = Cell::Derived {
-            value: 1.234,
-            unit: "x",
-            verdict: None,
-        };
-        assert_eq!(ratio.text(), "×1.23");
-        let change = Cell::Derived {
-            value: -6.06,
-            unit: "%",
+        assert_eq!(Cell::Ratio { value: 1.234 }.text(), "×1.23");
+        let change = Cell::Change {
+            percent: -6.06,
             verdict: Some(Verdict::Regression),
         };
         assert_eq!(change.text(), "-6.1% regression");

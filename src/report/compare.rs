@@ -4,8 +4,10 @@
 
 use anyhow::{bail, Result};
 
-use super::references::{self, Lookup};
-use super::{group, host_cell, is_main_step, pick_metric, step_grid, Cell, Grid, Run, StepRecords, Verdict};
+use super::grid::RunTables;
+use super::model::Grid;
+use super::steps::{pick_metric, StepRecords};
+use super::{Cell, Run, Verdict};
 
 /// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
 pub const DEFAULT_TOLERANCE: f64 = 5.0;
@@ -15,14 +17,6 @@ pub struct CompareOptions<'a> {
     pub baseline: Option<&'a str>,
     /// Changes across runs beyond this many percent are regressions or improvements.
     pub tolerance: f64,
-}
-
-pub fn compare(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
-    match runs {
-        [] => bail!("compare needs at least one run directory"),
-        [run] => compare_hosts(run, opts),
-        _ => compare_runs(runs, opts),
-    }
 }
 
 /// `--tolerance`: a percentage such as `5%` (or `5`).
@@ -53,11 +47,7 @@ pub fn lower_is_better(metric: &str) -> bool {
 
 fn ratio(value: Option<f64>, base: Option<f64>) -> Cell {
     match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Derived {
-            value: v / b,
-            unit: "x",
-            verdict: None,
-        },
+        (Some(v), Some(b)) if b != 0.0 => Cell::Ratio { value: v / b },
         _ => Cell::Missing,
     }
 }
@@ -79,68 +69,43 @@ fn change(value: Option<f64>, base: Option<f64>, tolerance: f64, metric: &str) -
             Verdict::Regression
         }
     });
-    Cell::Derived {
-        value: percent,
-        unit: "%",
-        verdict,
+    Cell::Change { percent, verdict }
+}
+
+/// The ratio columns of a run's tables: every host but the baseline against the baseline.
+pub struct Ratios {
+    hosts: Vec<String>,
+    baseline: String,
+}
+
+impl Ratios {
+    /// Ratios against the host asked for (an error when the run has no such host), else the
+    /// run's first host.
+    pub fn new(run: &Run, asked: Option<&str>) -> Result<Ratios> {
+        let hosts = run.hosts();
+        let baseline = baseline(&hosts, asked)?;
+        Ok(Ratios { hosts, baseline })
     }
-}
 
-/// The table printed at the end of `rigrun run`: `compare` of the run with the first host as
-/// the baseline.
-pub fn closing_grids(run: &Run, metric: Option<&str>) -> Result<Vec<Grid>> {
-    let opts = CompareOptions {
-        metric,
-        baseline: None,
-        tolerance: DEFAULT_TOLERANCE,
-    };
-    compare_hosts(run, &opts)
-}
-
-/// Within one run, for its main steps: every host's value, then each host's ratio to the
-/// baseline; the references last.
-fn compare_hosts(run: &Run, opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let groups = group(&run.records);
-    let main: Vec<&StepRecords> = groups.iter().filter(|g| is_main_step(&groups, g)).collect();
-    let mut grids = host_grids(run, &main, opts)?;
-    grids.extend(references::grid(run));
-    Ok(grids)
-}
-
-/// Per step: every host's value, then each other host's ratio to the baseline, with the
-/// scaling story under the sweeps.
-pub(super) fn host_grids(run: &Run, steps: &[&StepRecords], opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let hosts = run.hosts();
-    let baseline = baseline(&hosts, opts.baseline)?;
-    let refs = Lookup::new(run);
-    let all_groups = group(&run.records);
-    let grids = steps
-        .iter()
-        .map(|step| {
-            let mut grid = step_grid(run, &all_groups, step, opts.metric, &refs);
-            add_ratios(&mut grid, &hosts, &baseline);
-            grid
-        })
-        .collect();
-    Ok(grids)
-}
-
-/// Appends, for every host but the baseline, a column of its ratio to the baseline's value
-/// (the grid's columns are the label, then one per host in `hosts` order).
-fn add_ratios(grid: &mut Grid, hosts: &[String], baseline: &str) {
-    let others: Vec<usize> = (0..hosts.len()).filter(|&i| hosts[i] != baseline).collect();
-    let Some(base) = hosts.iter().position(|h| h == baseline) else {
-        return;
-    };
-    grid.columns
-        .extend(others.iter().map(|&i| format!("{} / {baseline}", hosts[i])));
-    for row in &mut grid.rows {
-        let base_value = row[1 + base].number();
-        let ratios: Vec<Cell> = others
-            .iter()
-            .map(|&i| ratio(row[1 + i].number(), base_value))
-            .collect();
-        row.extend(ratios);
+    /// Appends, for every host but the baseline, a column of its ratio to the baseline's value
+    /// (the grid's columns are the label, then one per host in the run's order).
+    pub fn add_to(&self, mut grid: Grid) -> Grid {
+        let (hosts, baseline) = (&self.hosts, &self.baseline);
+        let others: Vec<usize> = (0..hosts.len()).filter(|&i| hosts[i] != *baseline).collect();
+        let Some(base) = hosts.iter().position(|h| h == baseline) else {
+            return grid;
+        };
+        grid.columns
+            .extend(others.iter().map(|&i| format!("{} / {baseline}", hosts[i])));
+        for row in &mut grid.rows {
+            let base_value = row[1 + base].number();
+            let ratios: Vec<Cell> = others
+                .iter()
+                .map(|&i| ratio(row[1 + i].number(), base_value))
+                .collect();
+            row.extend(ratios);
+        }
+        grid
     }
 }
 
@@ -158,58 +123,106 @@ fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
     }
 }
 
-/// Across runs: per host, the value in each run and the change against the first run.
-pub(super) fn compare_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Grid>> {
-    let groups: Vec<Vec<StepRecords>> = runs.iter().map(|r| group(&r.records)).collect();
-    let lookups: Vec<Lookup> = runs.iter().map(Lookup::new).collect();
-    let mut hosts: Vec<String> = Vec::new();
-    for h in runs.iter().flat_map(Run::hosts) {
-        if !hosts.contains(&h) {
-            hosts.push(h);
+/// Steps compared across runs: each host's value in every run and its change against the first.
+pub struct Across<'a> {
+    runs: &'a [Run],
+    tables: Vec<RunTables<'a>>,
+    /// Every run's hosts, in the order first seen.
+    hosts: Vec<String>,
+    opts: &'a CompareOptions<'a>,
+}
+
+impl<'a> Across<'a> {
+    /// The runs to compare; an error when `--baseline` names a host none of them has.
+    pub fn new(runs: &'a [Run], opts: &'a CompareOptions<'a>) -> Result<Across<'a>> {
+        let mut hosts: Vec<String> = Vec::new();
+        for h in runs.iter().flat_map(Run::hosts) {
+            if !hosts.contains(&h) {
+                hosts.push(h);
+            }
         }
+        if let Some(b) = opts.baseline {
+            baseline(&hosts, Some(b))?;
+        }
+        let tables = runs.iter().map(RunTables::new).collect();
+        Ok(Across {
+            runs,
+            tables,
+            hosts,
+            opts,
+        })
     }
-    if let Some(b) = opts.baseline {
-        baseline(&hosts, Some(b))?;
+
+    /// The steps compared: the first run's main steps.
+    pub fn steps(&self) -> impl Iterator<Item = &StepRecords<'a>> {
+        self.tables[0].main_steps()
     }
-    let mut grids = Vec::new();
-    for step in groups[0].iter().filter(|s| is_main_step(&groups[0], s)) {
-        let metric = pick_metric(step, opts.metric);
-        let matching: Vec<Option<&StepRecords>> = groups
+
+    /// The table of one step (a main step of the first run), when the first run has it.
+    pub fn grid_of(&self, index: usize, name: &str) -> Option<Grid> {
+        let step = self.steps().find(|s| s.step_index == index && s.step == name)?;
+        Some(self.grid(step))
+    }
+
+    /// One step's table: per row, per host, its cell in each run, then its changes.
+    pub fn grid(&self, step: &StepRecords) -> Grid {
+        let metric = pick_metric(step, self.opts.metric);
+        let matching: Vec<Option<&StepRecords>> = self
+            .tables
             .iter()
-            .map(|g| {
-                g.iter()
+            .map(|t| {
+                t.steps
+                    .iter()
                     .find(|s| s.step == step.step && s.step_index == step.step_index)
             })
             .collect();
-        let same_step = SameStep {
-            steps: &matching,
-            lookups: &lookups,
-            metric: &metric,
-        };
         let rows = row_labels(&matching)
             .into_iter()
-            .map(|label| same_step.row(&label, &hosts, opts.tolerance))
+            .map(|label| self.row(&matching, &label, &metric))
             .collect();
-        grids.push(Grid {
+        Grid {
             title: format!(
                 "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
                 step.step_index + 1,
                 step.step,
-                runs.len(),
-                runs[0].manifest.run_id,
-                opts.tolerance
+                self.runs.len(),
+                self.runs[0].manifest.run_id,
+                self.opts.tolerance
             ),
-            columns: run_columns(runs, &hosts),
+            columns: run_columns(self.runs, &self.hosts),
             metric,
             rows,
             scaling: Vec::new(),
-            step: Some((step.step_index, step.step.clone())),
-        });
+        }
     }
-    for run in runs {
-        grids.extend(references::grid(run));
+
+    /// The row of `label` in one step as each run recorded it: per host, its cell in each
+    /// run, then the changes against the first.
+    fn row(&self, steps: &[Option<&StepRecords>], label: &str, metric: &str) -> Vec<Cell> {
+        let mut row = vec![Cell::Label {
+            text: label.to_string(),
+        }];
+        for host in &self.hosts {
+            let cells: Vec<Cell> = steps
+                .iter()
+                .zip(&self.tables)
+                .map(
+                    |(step, tables)| match step.and_then(|s| Some((s, s.rows.get(label)?))) {
+                        Some((s, by_host)) => tables.cell(s, by_host, host, metric),
+                        None => Cell::Missing,
+                    },
+                )
+                .collect();
+            let base = cells[0].number();
+            let changes: Vec<Cell> = cells[1..]
+                .iter()
+                .map(|c| change(c.number(), base, self.opts.tolerance, metric))
+                .collect();
+            row.extend(cells);
+            row.extend(changes);
+        }
+        row
     }
-    Ok(grids)
 }
 
 /// `point`, then per host: its value in each run, then its change in each later run.
@@ -224,43 +237,6 @@ fn run_columns(runs: &[Run], hosts: &[String]) -> Vec<String> {
         }
     }
     columns
-}
-
-/// One step as each run recorded it (when it did), with each run's references.
-struct SameStep<'a> {
-    steps: &'a [Option<&'a StepRecords<'a>>],
-    lookups: &'a [Lookup<'a>],
-    metric: &'a str,
-}
-
-impl SameStep<'_> {
-    /// The row of `label`: per host, its cell in each run, then the changes against the first.
-    fn row(&self, label: &str, hosts: &[String], tolerance: f64) -> Vec<Cell> {
-        let mut row = vec![Cell::Label {
-            text: label.to_string(),
-        }];
-        for host in hosts {
-            let cells: Vec<Cell> = self
-                .steps
-                .iter()
-                .zip(self.lookups)
-                .map(
-                    |(step, refs)| match step.and_then(|s| Some((s, s.rows.get(label)?))) {
-                        Some((s, by_host)) => host_cell(refs, s, by_host, host, self.metric),
-                        None => Cell::Missing,
-                    },
-                )
-                .collect();
-            let base = cells[0].number();
-            let changes: Vec<Cell> = cells[1..]
-                .iter()
-                .map(|c| change(c.number(), base, tolerance, self.metric))
-                .collect();
-            row.extend(cells);
-            row.extend(changes);
-        }
-        row
-    }
 }
 
 /// Every row label of a step across runs, in the order first seen.

@@ -1,15 +1,16 @@
 //! CSV for spreadsheets and notebooks: one line per cell (long format), numbers unformatted;
 //! then the scaling story, one line per step, knee and limit.
 
+use super::model::Report;
 use super::scaling::Series;
-use super::{Cell, Grid};
+use super::Cell;
 
 const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];
 
-pub fn render(grids: &[Grid]) -> String {
+pub fn render(report: &Report) -> String {
     let mut writer = ::csv::Writer::from_writer(Vec::new());
     let _ = writer.write_record(COLUMNS);
-    for grid in grids {
+    for grid in report.grids() {
         for row in &grid.rows {
             let label = row.first().map(Cell::text).unwrap_or_default();
             for (column, cell) in grid.columns.iter().zip(row).skip(1) {
@@ -46,12 +47,11 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
             };
             (value.to_string(), "ok", reason)
         }
-        Cell::Derived { value, unit, verdict } => (
-            format!("{value:.4}"),
-            unit,
-            verdict
-                .map(|v| format!("{v:?}").to_lowercase())
-                .unwrap_or_default(),
+        Cell::Ratio { value } => (format!("{value:.4}"), "x", String::new()),
+        Cell::Change { percent, verdict } => (
+            format!("{percent:.4}"),
+            "%",
+            verdict.map(|v| v.as_str().to_string()).unwrap_or_default(),
         ),
         Cell::Invalid { value, reason } => (
             value.map(|v| v.to_string()).unwrap_or_default(),
@@ -61,7 +61,7 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
         Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
         Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
         Cell::Missing => (String::new(), "missing", String::new()),
-        Cell::Label { text } => (text.clone(), "label", String::new()),
+        Cell::Label { .. } | Cell::Check { .. } => (cell.text(), "label", String::new()),
     }
 }
 

@@ -2,19 +2,24 @@
 //! charts, no script, and a Content-Security-Policy that forbids loading anything, so a page
 //! that tried would say so in the browser's console. It holds the hosts' facts, then per step
 //! the charts, the hosts side by side (and across runs), the scaling story, and the references.
-
-use std::fmt::Write as _;
+//! The page is the template `report.html.jinja`, filled from the report model; every value it
+//! shows is escaped unless the template marks it safe (the CSS, the SVG charts).
 
 use anyhow::Result;
+use minijinja::value::Serde;
+use minijinja::{Environment, Error, Output, State, Value};
+use serde::Serialize;
 
 use super::cell::Cell;
-use super::charts;
-use super::compare::{compare_runs, host_grids, CompareOptions};
-use super::header::{Header, HostFacts};
+use super::header::{Header, HostFacts, RunFacts};
+use super::model::{Grid, Report, RunSummary, Section, Topic};
 use super::scaling;
 use super::svg::escape;
-use super::{group, is_main_step, references, with_notes, Grid, Run, Verdict};
+use super::Verdict;
 use crate::point::value_text;
+
+/// The page, written on many lines for reading; see [`one_line`].
+const TEMPLATE: &str = include_str!("report.html.jinja");
 
 const STYLE: &str = r#"
 :root { color-scheme: light; --muted: #5b6270; --line: #d9dde3; --bad: #b3261e; --good: #1e7b34; }
@@ -41,227 +46,181 @@ svg .grid { stroke: #eceef1; } svg .axis { stroke: #8a919c; }
 ul.scaling { margin: 4px 0; padding-left: 20px; }
 "#;
 
-/// The report of `runs` as one HTML document.
-pub fn render(runs: &[Run], opts: &CompareOptions) -> Result<String> {
-    let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
-    let mut html = String::new();
-    let title = format!(
-        "rigrun report: {}",
-        manifests
-            .iter()
-            .map(|m| m.run_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let _ = write!(
-        html,
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'"><title>{}</title><style>{STYLE}</style></head><body>"#,
-        escape(&title)
-    );
-    intro(&mut html, runs);
-    hosts(&mut html, &Header::new(&manifests));
-    let across = match runs.len() {
-        1 => Vec::new(),
-        _ => compare_runs(runs, opts)?,
-    };
-    for (index, name) in step_keys(runs) {
-        step_section(&mut html, runs, opts, &across, index, &name)?;
-    }
-    references_section(&mut html, runs);
-    html.push_str("</body></html>\n");
+/// The report as one HTML document.
+pub fn render(report: &Report) -> Result<String> {
+    let mut env = Environment::new();
+    env.set_formatter(escaping);
+    let mut html = env.render_str(&one_line(TEMPLATE), Value::from(Serde(Page::of(report))))?;
+    html.push('\n');
     Ok(html)
 }
 
-fn intro(html: &mut String, runs: &[Run]) {
-    html.push_str("<header><h1>rigrun report</h1>");
-    for run in runs {
-        let m = &run.manifest;
-        let _ = write!(
-            html,
-            r#"<p class="muted">run <b>{}</b> · playbook {} ({}) · started {} · status {}</p>"#,
-            escape(&m.run_id),
-            escape(&m.playbook.name),
-            escape(&m.playbook.path),
-            m.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            escape(&format!("{:?}", m.status).to_lowercase())
-        );
+/// The template's lines, trimmed and joined: the page is written as one line, so no text of the
+/// template's layout (indentation, line breaks) reaches it.
+fn one_line(template: &str) -> String {
+    template.lines().map(str::trim).collect()
+}
+
+/// Writes every value the template shows escaped for HTML (`&`, `<`, `>`, `"`), unless marked
+/// safe.
+fn escaping(out: &mut Output, _: &mut State, value: &Value) -> Result<(), Error> {
+    let text = match value.is_safe() {
+        true => value.to_string(),
+        false => escape(&value.to_string()),
+    };
+    out.write_str(&text).map_err(Error::from)
+}
+
+/// What the template shows, as text.
+#[derive(Serialize)]
+struct Page<'a> {
+    title: String,
+    style: &'static str,
+    version: &'static str,
+    runs: Vec<RunLine<'a>>,
+    hosts: Vec<HostsOfRun<'a>>,
+    sections: Vec<SectionView<'a>>,
+}
+
+impl Page<'_> {
+    fn of(report: &Report) -> Page<'_> {
+        let ids: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
+        Page {
+            title: format!("rigrun report: {}", ids.join(", ")),
+            style: STYLE,
+            version: env!("CARGO_PKG_VERSION"),
+            runs: report.runs.iter().map(RunLine::of).collect(),
+            hosts: hosts(&report.header),
+            sections: report.sections.iter().map(SectionView::of).collect(),
+        }
     }
-    let _ = write!(
-        html,
-        r#"<p class="muted">written by rigrun {} — one file, no network needed</p></header>"#,
-        env!("CARGO_PKG_VERSION")
-    );
+}
+
+/// A run in the page's introduction.
+#[derive(Serialize)]
+struct RunLine<'a> {
+    id: &'a str,
+    playbook: &'a str,
+    path: &'a str,
+    started: String,
+    status: String,
+}
+
+impl RunLine<'_> {
+    fn of(run: &RunSummary) -> RunLine<'_> {
+        RunLine {
+            id: &run.run_id,
+            playbook: &run.playbook_name,
+            path: &run.playbook_path,
+            started: run.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            status: format!("{:?}", run.status).to_lowercase(),
+        }
+    }
 }
 
 /// A card per host and run: labels, facts, topology and launch arguments.
-fn hosts(html: &mut String, header: &Header) {
-    html.push_str(r#"<section id="hosts"><h2>Hosts</h2>"#);
-    for run in &header.runs {
-        if header.runs.len() > 1 {
-            let _ = write!(html, "<h3>run {}</h3>", escape(&run.run_id));
-        }
-        html.push_str(r#"<div class="hosts">"#);
-        for host in &run.hosts {
-            host_card(html, host);
-        }
-        html.push_str("</div>");
-    }
-    html.push_str("</section>");
+#[derive(Serialize)]
+struct HostsOfRun<'a> {
+    run_id: &'a str,
+    hosts: Vec<Card<'a>>,
 }
 
-fn host_card(html: &mut String, host: &HostFacts) {
-    let _ = write!(
-        html,
-        r#"<div class="host" data-host="{0}"><h4>{0}</h4>"#,
-        escape(&host.host)
-    );
-    if !host.labels.is_empty() {
-        let _ = write!(html, r#"<div class="muted">{}</div>"#, escape(&host.labels));
-    }
-    html.push_str("<dl>");
-    for (what, summary) in &host.lines {
-        let _ = write!(html, "<dt>{}</dt><dd>{}</dd>", escape(what), escape(summary));
-    }
-    html.push_str("</dl>");
-    if let Some(topology) = &host.topology {
-        let _ = write!(
-            html,
-            "<details><summary>GPU topology (nvidia-smi topo -m)</summary><pre>{}</pre></details>",
-            escape(topology)
-        );
-    }
-    if let Some(args) = &host.launch_args {
-        html.push_str("<details><summary>server launch arguments</summary><table>");
-        for (k, v) in args {
-            let _ = write!(
-                html,
-                "<tr><th>{}</th><td>{}</td></tr>",
-                escape(k),
-                escape(&value_text(v))
-            );
-        }
-        html.push_str("</table></details>");
-    }
-    html.push_str("</div>");
+#[derive(Serialize)]
+struct Card<'a> {
+    host: &'a str,
+    labels: &'a str,
+    lines: &'a [(String, String)],
+    topology: Option<&'a str>,
+    launch_args: Option<Vec<(&'a str, String)>>,
 }
 
-/// The steps the report covers, in order: each run's main steps (see `is_main_step`).
-fn step_keys(runs: &[Run]) -> Vec<(usize, String)> {
-    let mut keys: Vec<(usize, String)> = Vec::new();
-    for run in runs {
-        let groups = group(&run.records);
-        for step in groups.iter().filter(|s| is_main_step(&groups, s)) {
-            let key = (step.step_index, step.step.clone());
-            if !keys.contains(&key) {
-                keys.push(key);
-            }
-        }
-    }
-    keys.sort();
-    keys
+fn hosts(header: &Header) -> Vec<HostsOfRun<'_>> {
+    header.runs.iter().map(HostsOfRun::of).collect()
 }
 
-fn step_section(
-    html: &mut String,
-    runs: &[Run],
-    opts: &CompareOptions,
-    across: &[Grid],
-    index: usize,
-    name: &str,
-) -> Result<()> {
-    let _ = write!(
-        html,
-        r#"<section class="step" id="step-{}"><h2>Step {}: {}</h2>"#,
-        index + 1,
-        index + 1,
-        escape(name)
-    );
-    let (charts, left_out) = charts::for_step(runs, index, name);
-    html.push_str(r#"<div class="charts">"#);
-    for chart in &charts {
-        html.push_str(&chart.render());
+impl HostsOfRun<'_> {
+    fn of(run: &RunFacts) -> HostsOfRun<'_> {
+        HostsOfRun {
+            run_id: &run.run_id,
+            hosts: run.hosts.iter().map(card).collect(),
+        }
     }
-    html.push_str("</div>");
-    for why in left_out {
-        let _ = write!(html, r#"<p class="note">{}</p>"#, escape(&why));
+}
+
+fn card(host: &HostFacts) -> Card<'_> {
+    Card {
+        host: &host.host,
+        labels: &host.labels,
+        lines: &host.lines,
+        topology: host.topology.as_deref(),
+        launch_args: host
+            .launch_args
+            .as_ref()
+            .map(|args| args.iter().map(|(k, v)| (k.as_str(), value_text(v))).collect()),
     }
-    for run in runs {
-        let groups = group(&run.records);
-        let steps: Vec<_> = groups
+}
+
+/// A step's charts (and why any was left out) and tables, or the references' tables.
+#[derive(Serialize)]
+struct SectionView<'a> {
+    /// The step's number (from 1); none for the references.
+    step: Option<usize>,
+    name: &'a str,
+    charts: Vec<String>,
+    charts_left_out: &'a [String],
+    tables: Vec<TableView<'a>>,
+}
+
+impl SectionView<'_> {
+    fn of(section: &Section) -> SectionView<'_> {
+        let (step, name) = match &section.topic {
+            Topic::Step { index, name } => (Some(index + 1), name.as_str()),
+            Topic::References => (None, "References"),
+        };
+        SectionView {
+            step,
+            name,
+            charts: section.charts.iter().map(|c| c.render()).collect(),
+            charts_left_out: &section.charts_left_out,
+            tables: section.grids.iter().map(TableView::of).collect(),
+        }
+    }
+}
+
+/// A grid as an HTML table: each cell with its CSS class and text, its notes and scaling story.
+#[derive(Serialize)]
+struct TableView<'a> {
+    title: &'a str,
+    metric: &'a str,
+    columns: &'a [String],
+    rows: Vec<Vec<(&'static str, String)>>,
+    notes: Vec<String>,
+    /// The story's heading, then a line per series.
+    scaling: Vec<String>,
+}
+
+impl TableView<'_> {
+    fn of(grid: &Grid) -> TableView<'_> {
+        let (texts, notes) = grid.with_notes();
+        let rows = grid
+            .rows
             .iter()
-            .filter(|s| s.step_index == index && s.step == name)
+            .zip(texts)
+            .map(|(cells, texts)| cells.iter().map(class).zip(texts).collect())
             .collect();
-        for grid in host_grids(run, &steps, opts)? {
-            table(html, &grid);
+        TableView {
+            title: &grid.title,
+            metric: &grid.metric,
+            columns: &grid.columns,
+            rows,
+            notes,
+            scaling: scaling::describe(&grid.scaling),
         }
-    }
-    for grid in across
-        .iter()
-        .filter(|g| g.step.as_ref().is_some_and(|(i, n)| *i == index && n == name))
-    {
-        table(html, grid);
-    }
-    html.push_str("</section>");
-    Ok(())
-}
-
-fn references_section(html: &mut String, runs: &[Run]) {
-    let grids: Vec<Grid> = runs.iter().filter_map(references::grid).collect();
-    if grids.is_empty() {
-        return;
-    }
-    html.push_str(r#"<section id="references"><h2>References</h2>"#);
-    for grid in &grids {
-        table(html, grid);
-    }
-    html.push_str("</section>");
-}
-
-/// A grid as an HTML table, each cell classed by what it is, with its notes and scaling story.
-fn table(html: &mut String, grid: &Grid) {
-    let _ = write!(
-        html,
-        "<h3>{} — <code>{}</code></h3><table><thead><tr>",
-        escape(&grid.title),
-        escape(&grid.metric)
-    );
-    for column in &grid.columns {
-        let _ = write!(html, "<th>{}</th>", escape(column));
-    }
-    html.push_str("</tr></thead><tbody>");
-    let (rows, notes) = with_notes(grid);
-    for (cells, texts) in grid.rows.iter().zip(rows) {
-        html.push_str("<tr>");
-        for (cell, text) in cells.iter().zip(texts) {
-            let _ = write!(
-                html,
-                r#"<td class="{}">{}</td>"#,
-                class(cell, &text),
-                escape(&text)
-            );
-        }
-        html.push_str("</tr>");
-    }
-    html.push_str("</tbody></table>");
-    let story = scaling::describe(&grid.scaling);
-    for note in &notes {
-        let _ = write!(html, r#"<p class="note">{}</p>"#, escape(note));
-    }
-    if let Some((intro, lines)) = story.split_first() {
-        let _ = write!(
-            html,
-            r#"<p class="scaling-title">{}</p><ul class="scaling">"#,
-            escape(intro)
-        );
-        for line in lines {
-            let _ = write!(html, "<li>{}</li>", escape(line));
-        }
-        html.push_str("</ul>");
     }
 }
 
 /// The CSS class of a cell: what it is and, for judged cells, the verdict.
-fn class(cell: &Cell, text: &str) -> &'static str {
+fn class(cell: &Cell) -> &'static str {
     match cell {
         Cell::Value {
             reference: Some(r), ..
@@ -270,23 +229,61 @@ fn class(cell: &Cell, text: &str) -> &'static str {
             reference: Some(_), ..
         } => "num met",
         Cell::Value { .. } => "num",
-        Cell::Derived {
+        Cell::Change {
             verdict: Some(Verdict::Regression),
             ..
         } => "num regression",
-        Cell::Derived {
+        Cell::Change {
             verdict: Some(Verdict::Improvement),
             ..
         } => "num improvement",
-        Cell::Derived { .. } => "num",
+        Cell::Ratio { .. } | Cell::Change { .. } => "num",
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
         Cell::Missing => "missing",
-        Cell::Label { .. } => match text {
-            "MISSED" => "missed",
-            "met" => "met",
-            _ => "label",
-        },
+        Cell::Check { met: false } => "missed",
+        Cell::Check { met: true } => "met",
+        Cell::Label { .. } => "label",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::Section;
+
+    #[test]
+    fn the_page_is_one_line_and_escapes_what_it_shows() {
+        let grid = Grid {
+            title: "a <b> & \"c\" / d's".into(),
+            metric: "m".into(),
+            columns: vec!["point".into(), "verdict".into()],
+            rows: vec![vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }]],
+            scaling: Vec::new(),
+        };
+        let report = Report {
+            runs: Vec::new(),
+            header: Header { runs: Vec::new() },
+            sections: vec![Section::tables(Topic::References, vec![grid])],
+        };
+        let html = render(&report).unwrap();
+        assert!(
+            html.contains("<h3>a &lt;b&gt; &amp; &quot;c&quot; / d's — <code>m</code></h3>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<td class="label">x</td><td class="missed">MISSED</td>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<section id="references"><h2>References</h2><h3>"#),
+            "{html}"
+        );
+        let (head, rest) = html.split_once(STYLE).unwrap();
+        assert!(
+            !head.contains('\n') && rest.find('\n') == Some(rest.len() - 1),
+            "one line but the CSS"
+        );
     }
 }

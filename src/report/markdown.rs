@@ -1,11 +1,11 @@
 //! Markdown, fit for pasting into an issue or a README: the hosts' facts as a list, each table
 //! with its notes and scaling story under it.
 
-use super::{with_notes, Grid, Header};
+use super::model::Report;
 
-pub fn render(grids: &[Grid], header: &Header) -> String {
+pub fn render(report: &Report) -> String {
     let mut out = String::new();
-    for line in header.lines() {
+    for line in report.header.lines() {
         // Indented lines are facts of the host above: nested list items.
         match line.strip_prefix("  ") {
             Some(fact) => out.push_str(&format!("  - {}\n", escape(fact))),
@@ -15,12 +15,12 @@ pub fn render(grids: &[Grid], header: &Header) -> String {
     if !out.is_empty() {
         out.push('\n');
     }
-    for grid in grids {
+    for grid in report.grids() {
         out.push_str(&format!("### {} — `{}`\n\n", escape(&grid.title), grid.metric));
         out.push_str(&row(grid.columns.iter().map(String::as_str)));
         let align = (0..grid.columns.len()).map(|i| if i == 0 { "---" } else { "---:" });
         out.push_str(&row(align));
-        let (rows, notes) = with_notes(grid);
+        let (rows, notes) = grid.with_notes();
         for cells in &rows {
             out.push_str(&row(cells.iter().map(String::as_str)));
         }

@@ -7,7 +7,8 @@ use indexmap::IndexMap;
 use serde_json::Value as Json;
 
 use super::cell::{cell, Cell, RefCheck};
-use super::{Grid, Run};
+use super::model::Grid;
+use super::Run;
 use crate::config::reference::{Expected, Reference};
 use crate::point;
 
@@ -128,9 +129,8 @@ pub fn grid(run: &Run) -> Option<Grid> {
         .map(|c| {
             let r = c.reference;
             let deviation = match c.measured.number() {
-                Some(v) if r.expected.value != 0.0 => Cell::Derived {
-                    value: (v / r.expected.value - 1.0) * 100.0,
-                    unit: "%",
+                Some(v) if r.expected.value != 0.0 => Cell::Change {
+                    percent: (v / r.expected.value - 1.0) * 100.0,
                     verdict: None,
                 },
                 _ => Cell::Missing,
@@ -142,7 +142,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
                 label(r.expected.to_string()),
                 c.measured,
                 deviation,
-                label(if c.met { "met" } else { "MISSED" }.to_string()),
+                Cell::Check { met: c.met },
             ]
         })
         .collect();
@@ -162,6 +162,5 @@ pub fn grid(run: &Run) -> Option<Grid> {
         .to_vec(),
         rows,
         scaling: Vec::new(),
-        step: None,
     })
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use super::cell::{cell, format_number, Cell};
-use super::StepRecords;
+use super::steps::StepRecords;
 use crate::events::Record;
 use crate::point;
 
@@ -224,7 +224,11 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
                 Cell::Skipped { reason } => Outcome::stopped("skipped", reason),
                 Cell::Failed { reason } => Outcome::stopped("failed", reason),
                 Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
-                Cell::Missing | Cell::Label { .. } | Cell::Derived { .. } => continue,
+                Cell::Missing
+                | Cell::Label { .. }
+                | Cell::Ratio { .. }
+                | Cell::Change { .. }
+                | Cell::Check { .. } => continue,
             };
             let key = (series_name(first), first.host.clone());
             levels

@@ -4,20 +4,21 @@ use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Alignment, Style};
 
-use super::{with_notes, Grid, Header};
+use super::model::Report;
 
-pub fn render(grids: &[Grid], header: &Header) -> String {
+/// The hosts' facts, then each table with its notes and scaling story under it.
+pub fn render(report: &Report) -> String {
     let mut out = String::new();
-    let lines = header.lines();
+    let lines = report.header.lines();
     if !lines.is_empty() {
         out.push_str(&lines.join("\n"));
         out.push_str("\n\n");
     }
-    for grid in grids {
+    for grid in report.grids() {
         out.push_str(&format!("{} — {}\n", grid.title, grid.metric));
         let mut builder = Builder::default();
         builder.push_record(grid.columns.iter().cloned());
-        let (rows, notes) = with_notes(grid);
+        let (rows, notes) = grid.with_notes();
         for row in rows {
             builder.push_record(row);
         }

@@ -1,0 +1,72 @@
+//! One run's tables: per step, rows = points, columns = the run's hosts, each cell checked
+//! against its reference, with the scaling story under the main sweeps.
+
+use super::cell::{cell, Cell};
+use super::model::Grid;
+use super::references::Lookup;
+use super::steps::{group, is_main_step, pick_metric, RowRecords, StepRecords};
+use super::{scaling, Run};
+
+/// A run read for its tables: its records grouped by step, and its references.
+pub struct RunTables<'a> {
+    pub run: &'a Run,
+    pub steps: Vec<StepRecords<'a>>,
+    refs: Lookup<'a>,
+}
+
+impl<'a> RunTables<'a> {
+    pub fn new(run: &'a Run) -> RunTables<'a> {
+        RunTables {
+            run,
+            steps: group(&run.records),
+            refs: Lookup::new(run),
+        }
+    }
+
+    /// The run's main steps (see `is_main_step`): what compare and the report cover.
+    pub fn main_steps(&self) -> impl Iterator<Item = &StepRecords<'a>> {
+        self.steps.iter().filter(|s| is_main_step(&self.steps, s))
+    }
+
+    /// The step's table in `metric` (else the step's own, see `pick_metric`).
+    pub fn grid(&self, step: &StepRecords, metric: Option<&str>) -> Grid {
+        let hosts = self.run.hosts();
+        let metric = pick_metric(step, metric);
+        let mut columns = vec!["point".to_string()];
+        columns.extend(hosts.iter().cloned());
+        let rows = step
+            .rows
+            .iter()
+            .map(|(label, by_host)| {
+                let mut row = vec![Cell::Label { text: label.clone() }];
+                row.extend(hosts.iter().map(|h| self.cell(step, by_host, h, &metric)));
+                row
+            })
+            .collect();
+        Grid {
+            title: format!(
+                "{} · step {}: {}",
+                self.run.manifest.run_id,
+                step.step_index + 1,
+                step.step
+            ),
+            scaling: match is_main_step(&self.steps, step) {
+                true => scaling::stories(step, &metric, &hosts),
+                false => Vec::new(),
+            },
+            metric,
+            columns,
+            rows,
+        }
+    }
+
+    /// The cell of `host` in one row of a step, checked against its reference when it has one.
+    pub fn cell(&self, step: &StepRecords, row: &RowRecords, host: &str, metric: &str) -> Cell {
+        let records = row.get(host);
+        let value = cell(records, metric);
+        match records.and_then(|r| r.first()) {
+            Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
+            None => value,
+        }
+    }
+}

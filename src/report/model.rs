@@ -1,0 +1,125 @@
+//! What a report contains, whatever its format: the runs, the hosts' facts, then sections (a
+//! step's charts and tables, or the references). `build.rs` makes it once from the run
+//! directories; each format's module only renders it.
+
+use chrono::{DateTime, Utc};
+
+use super::cell::Cell;
+use super::header::Header;
+use super::scaling::Series;
+use super::svg::Chart;
+use super::Run;
+use crate::events::Status;
+
+/// A report: the runs it covers, their hosts' facts and its sections, in order.
+pub struct Report {
+    pub runs: Vec<RunSummary>,
+    pub header: Header,
+    pub sections: Vec<Section>,
+}
+
+impl Report {
+    /// Every table of every section, in order: what the text formats print one after another.
+    pub fn grids(&self) -> impl Iterator<Item = &Grid> {
+        self.sections.iter().flat_map(|s| &s.grids)
+    }
+}
+
+/// One run as the report introduces it.
+pub struct RunSummary {
+    pub run_id: String,
+    pub playbook_name: String,
+    pub playbook_path: String,
+    pub started_at: DateTime<Utc>,
+    pub status: Status,
+}
+
+impl RunSummary {
+    pub fn of(run: &Run) -> RunSummary {
+        let m = &run.manifest;
+        RunSummary {
+            run_id: m.run_id.clone(),
+            playbook_name: m.playbook.name.clone(),
+            playbook_path: m.playbook.path.clone(),
+            started_at: m.started_at,
+            status: m.status,
+        }
+    }
+}
+
+/// What a section is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Topic {
+    /// One step of the playbook: its index (from 0) and name.
+    Step { index: usize, name: String },
+    /// The playbook's references, checked.
+    References,
+}
+
+/// A part of the report: its charts (the HTML report draws them; the sentences say why a chart
+/// was left out) and its tables.
+pub struct Section {
+    pub topic: Topic,
+    pub charts: Vec<Chart>,
+    pub charts_left_out: Vec<String>,
+    pub grids: Vec<Grid>,
+}
+
+impl Section {
+    /// A section of tables only.
+    pub fn tables(topic: Topic, grids: Vec<Grid>) -> Section {
+        Section {
+            topic,
+            charts: Vec::new(),
+            charts_left_out: Vec::new(),
+            grids,
+        }
+    }
+}
+
+/// A table: a title, column names and rows of cells (the first cell of a row is its label),
+/// with the scaling story of a concurrency sweep under it.
+#[derive(Clone, Debug)]
+pub struct Grid {
+    pub title: String,
+    pub metric: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Cell>>,
+    /// The scaling story of a concurrency sweep, per host.
+    pub scaling: Vec<Series>,
+}
+
+impl Grid {
+    /// The cells as text for human formats, and the notes under the table: a skipped, failed
+    /// or invalid cell, or a missed reference, shows a note number and its reason is listed
+    /// once under the table, so long reasons do not stretch the columns.
+    pub fn with_notes(&self) -> (Vec<Vec<String>>, Vec<String>) {
+        let mut notes: Vec<String> = Vec::new();
+        let rows = self
+            .rows
+            .iter()
+            .map(|row| row.iter().map(|cell| noted_text(cell, &mut notes)).collect())
+            .collect();
+        let notes = notes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("[{}] {r}", i + 1))
+            .collect();
+        (rows, notes)
+    }
+}
+
+/// A cell's text, pointing to its reason in `notes` (added there when new) when it has one.
+fn noted_text(cell: &Cell, notes: &mut Vec<String>) -> String {
+    let Some((short, reason)) = cell.note() else {
+        return cell.text();
+    };
+    let n = match notes.iter().position(|r| *r == reason) {
+        Some(i) => i + 1,
+        None => {
+            notes.push(reason);
+            notes.len()
+        }
+    };
+    format!("{short} [{n}]")
+}
