@@ -88,6 +88,11 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
     };
     let closing = report::build(std::slice::from_ref(&run), &Contents::Comparison(&opts))?;
     print!("{}", report::render(&closing, Format::Table));
+    for (host, entry) in &run.manifest.hosts {
+        for warning in &entry.warnings {
+            eprintln!("warning: {host}: {warning}");
+        }
+    }
     for line in &outcome.failures {
         eprintln!("error: {line}");
     }

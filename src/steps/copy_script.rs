@@ -1,8 +1,11 @@
 //! `copy-script`: upload a file atomically, keeping track of what was on the host before.
 //!
-//! The seeds' habit is "read before you extend": when the host holds a different version of the
-//! script (someone edited it there), its checksum is recorded and a unified diff against the new
-//! version is saved in the run directory before it is replaced.
+//! The seeds' habit is "read before you extend": the script is read and edited where it runs.
+//! rigrun remembers on the host (in `<workdir>/.rigrun/uploaded/`) the checksum of what it last
+//! uploaded to each path, so it can tell a copy edited on the host from one that is merely older
+//! than the playbook's. A host-side edit is never replaced in silence: its version and a unified
+//! diff are saved in the run directory and a warning names host, file, lines changed and the
+//! diff; `on_host_edit` chooses overwrite (the default), keep (use the host's copy) or fail.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -12,9 +15,10 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{HostCtx, StepOutcome};
-use crate::config::steps::copy_script::CopyScriptPlan;
+use crate::config::steps::copy_script::{CopyScriptPlan, OnHostEdit};
 use crate::config::template::{render, shell_quote};
 use crate::config::{HostVars, Quoting};
+use crate::events::Event;
 use crate::plan::PlannedStep;
 
 /// What an upload did.
@@ -34,29 +38,164 @@ pub async fn run(
     vars: &HostVars,
 ) -> Result<StepOutcome> {
     let src = &plan.src;
-    let mut data = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
-    if plan.template {
-        let text = String::from_utf8(data)
-            .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
-        data = render(&text, Quoting::Plain, &crate::config::context(vars))
-            .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
-            .into_bytes();
-    }
+    let data = contents(plan, vars)?;
     let mode = match plan.mode {
         Some(m) => m,
         None => std::fs::metadata(src)?.permissions().mode() & 0o7777,
     };
     let dest = ctx.resolve(&plan.dest);
-    let upload = upload_if_changed(ctx, &data, &dest, mode, Some(&ctx.step_dir(step)?)).await?;
-    Ok(StepOutcome::ok(json!({
+    let sha256 = sha256_hex(&data);
+    let record = upload_record(ctx, &dest);
+    let on_host = host_state(ctx, &dest, &record).await?;
+    let mut details = json!({
         "src": src.display().to_string(),
         "dest": dest,
-        "sha256": upload.sha256,
-        "previous_sha256": upload.previous_sha256,
-        "uploaded": upload.uploaded,
+        "sha256": sha256,
+        "previous_sha256": on_host.current,
+        "uploaded": false,
         "mode": format!("{mode:04o}"),
-        "diff": upload.diff.map(|p| p.display().to_string()),
-    })))
+        "diff": null,
+    });
+    if on_host.current.as_deref() == Some(sha256.as_str()) {
+        if on_host.last_uploaded.as_deref() != Some(sha256.as_str()) {
+            write_record(ctx, &record, &sha256).await?;
+        }
+        return Ok(StepOutcome::ok(details));
+    }
+    if on_host.current.is_some() {
+        let (diff, changed) = save_previous(ctx, &dest, &data, &ctx.step_dir(step)?).await?;
+        details["diff"] = diff.display().to_string().into();
+        if on_host.edited() {
+            let edit = HostEdit {
+                src,
+                dest: &dest,
+                changed,
+                diff: &diff,
+            };
+            if let Some(outcome) = handle_host_edit(ctx, plan.on_host_edit, &edit, &mut details) {
+                return Ok(outcome);
+            }
+        }
+    }
+    upload_checked(ctx, &data, &dest, mode, &sha256).await?;
+    write_record(ctx, &record, &sha256).await?;
+    details["uploaded"] = true.into();
+    Ok(StepOutcome::ok(details))
+}
+
+/// The file to upload: the script, rendered with the host's variables when it is a template.
+fn contents(plan: &CopyScriptPlan, vars: &HostVars) -> Result<Vec<u8>> {
+    let src = &plan.src;
+    let data = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
+    if !plan.template {
+        return Ok(data);
+    }
+    let text = String::from_utf8(data)
+        .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
+    Ok(render(&text, Quoting::Plain, &crate::config::context(vars))
+        .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
+        .into_bytes())
+}
+
+/// What the host holds at a path: the file's checksum, and what rigrun last uploaded there.
+struct HostState {
+    current: Option<String>,
+    last_uploaded: Option<String>,
+}
+
+impl HostState {
+    /// The host's copy is not what rigrun last put there: edited on the host, or never uploaded.
+    fn edited(&self) -> bool {
+        self.current.is_some() && self.current != self.last_uploaded
+    }
+}
+
+/// A copy changed on the host, and where its diff against the playbook's script was saved.
+struct HostEdit<'a> {
+    src: &'a Path,
+    dest: &'a str,
+    changed: usize,
+    diff: &'a Path,
+}
+
+/// Says what happened to a host-side edit, as `on_host_edit` chose; `Some` ends the step
+/// without uploading.
+fn handle_host_edit(
+    ctx: &HostCtx,
+    choice: OnHostEdit,
+    edit: &HostEdit,
+    details: &mut serde_json::Value,
+) -> Option<StepOutcome> {
+    let what = format!(
+        "{} on {} holds a version rigrun did not upload (edited there?): {} lines differ from {}",
+        edit.dest,
+        ctx.host,
+        edit.changed,
+        edit.src.display()
+    );
+    let diff = edit.diff.display();
+    details["host_edit"] = json!({ "lines_changed": edit.changed, "on_host_edit": choice });
+    let (message, outcome) = match choice {
+        OnHostEdit::Overwrite => (
+            format!("{what}; overwritten, the host's version and the diff are in {diff}"),
+            None,
+        ),
+        OnHostEdit::Keep => (
+            format!("{what}; kept the host's version (on_host_edit: keep); the diff is in {diff}"),
+            Some(StepOutcome::ok(details.clone())),
+        ),
+        OnHostEdit::Fail => {
+            let error = format!(
+                "{what}; not overwritten (on_host_edit: fail): the host's version and the diff are \
+                 in {diff}; merge the edit into the playbook's script, or set on_host_edit: overwrite or keep"
+            );
+            return Some(StepOutcome::failed(error, details.clone()));
+        }
+    };
+    ctx.emit(Event::Warning {
+        host: ctx.host.clone(),
+        message,
+    });
+    outcome
+}
+
+/// Where rigrun notes, on the host, what it last uploaded to `dest`.
+fn upload_record(ctx: &HostCtx, dest: &str) -> String {
+    format!("{}/.rigrun/uploaded/{}", ctx.workdir, sha256_hex(dest.as_bytes()))
+}
+
+/// The checksum of `dest` and the one noted in `record`, in one round trip.
+async fn host_state(ctx: &HostCtx, dest: &str, record: &str) -> Result<HostState> {
+    let (q, r) = (shell_quote(dest), shell_quote(record));
+    let command = format!(
+        "if [ -f {q} ]; then sha256sum {q} 2>/dev/null || shasum -a 256 {q} 2>/dev/null || echo no-tool; else echo absent; fi; cat {r} 2>/dev/null || echo none"
+    );
+    let out = ctx.transport.output(&command).await?;
+    let mut lines = out.lines().map(|l| l.split_whitespace().next().unwrap_or(""));
+    let current = match lines.next().unwrap_or("") {
+        "absent" => None,
+        "no-tool" => Some(sha256_hex(&ctx.transport.read_file(dest).await?)),
+        hash if is_sha256(hash) => Some(hash.to_string()),
+        other => bail!(
+            "cannot read the checksum of {dest} on {}: unexpected reply `{other}`",
+            ctx.host
+        ),
+    };
+    let last_uploaded = lines.next().filter(|h| is_sha256(h)).map(str::to_string);
+    Ok(HostState {
+        current,
+        last_uploaded,
+    })
+}
+
+fn is_sha256(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+async fn write_record(ctx: &HostCtx, record: &str, sha256: &str) -> Result<()> {
+    ctx.transport
+        .write_file_atomic(record, format!("{sha256}\n").as_bytes(), 0o644)
+        .await
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -83,24 +222,30 @@ pub async fn upload_if_changed(
         });
     }
     let diff = match (&previous_sha256, diff_dir) {
-        (Some(_), Some(dir)) => Some(save_previous(ctx, dest, data, dir).await?),
+        (Some(_), Some(dir)) => Some(save_previous(ctx, dest, data, dir).await?.0),
         _ => None,
     };
-    ctx.transport.write_file_atomic(dest, data, mode).await?;
-    let after = remote_sha256(ctx, dest).await?;
-    if after.as_deref() != Some(sha256.as_str()) {
-        bail!(
-            "{dest} on {} has checksum {} after the upload, expected {sha256}",
-            ctx.host,
-            after.as_deref().unwrap_or("(missing)")
-        );
-    }
+    upload_checked(ctx, data, dest, mode, &sha256).await?;
     Ok(Upload {
         sha256,
         previous_sha256,
         uploaded: true,
         diff,
     })
+}
+
+/// Writes `data` to `dest` atomically and checks its checksum on the host afterwards.
+async fn upload_checked(ctx: &HostCtx, data: &[u8], dest: &str, mode: u32, sha256: &str) -> Result<()> {
+    ctx.transport.write_file_atomic(dest, data, mode).await?;
+    let after = remote_sha256(ctx, dest).await?;
+    if after.as_deref() != Some(sha256) {
+        bail!(
+            "{dest} on {} has checksum {} after the upload, expected {sha256}",
+            ctx.host,
+            after.as_deref().unwrap_or("(missing)")
+        );
+    }
+    Ok(())
 }
 
 /// The sha256 of a file on the host, None when it does not exist. Uses `sha256sum` or `shasum`
@@ -115,7 +260,7 @@ pub async fn remote_sha256(ctx: &HostCtx, path: &str) -> Result<Option<String>> 
     Ok(match first {
         "absent" => None,
         "no-tool" => Some(sha256_hex(&ctx.transport.read_file(path).await?)),
-        hash if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => Some(hash.to_string()),
+        hash if is_sha256(hash) => Some(hash.to_string()),
         other => bail!(
             "cannot read the checksum of {path} on {}: unexpected reply `{other}`",
             ctx.host
@@ -123,8 +268,9 @@ pub async fn remote_sha256(ctx: &HostCtx, path: &str) -> Result<Option<String>> 
     })
 }
 
-/// Saves the host's previous version and a unified diff to the new one; returns the diff's path.
-async fn save_previous(ctx: &HostCtx, dest: &str, new: &[u8], dir: &Path) -> Result<PathBuf> {
+/// Saves the host's previous version and a unified diff to the new one; returns the diff's path
+/// and how many lines differ.
+async fn save_previous(ctx: &HostCtx, dest: &str, new: &[u8], dir: &Path) -> Result<(PathBuf, usize)> {
     let old = ctx.transport.read_file(dest).await?;
     let name = Path::new(dest)
         .file_name()
@@ -132,20 +278,31 @@ async fn save_previous(ctx: &HostCtx, dest: &str, new: &[u8], dir: &Path) -> Res
         .unwrap_or("file");
     std::fs::write(dir.join(format!("{name}.previous")), &old)?;
     let diff_path = dir.join(format!("{name}.diff"));
-    let diff = match (std::str::from_utf8(&old), std::str::from_utf8(new)) {
-        (Ok(old), Ok(new)) => similar::TextDiff::from_lines(old, new)
-            .unified_diff()
-            .header(
-                &format!("{}:{dest} (on the host before)", ctx.host),
-                &format!("{dest} (uploaded)"),
-            )
-            .to_string(),
-        _ => format!(
-            "binary files differ: {} (on the host before) and {} (uploaded)\n",
-            sha256_hex(&old),
-            sha256_hex(new)
-        ),
+    let (diff, changed) = match (std::str::from_utf8(&old), std::str::from_utf8(new)) {
+        (Ok(old), Ok(new)) => {
+            let lines = similar::TextDiff::from_lines(old, new);
+            let changed = lines
+                .iter_all_changes()
+                .filter(|c| c.tag() != similar::ChangeTag::Equal)
+                .count();
+            let text = lines
+                .unified_diff()
+                .header(
+                    &format!("{}:{dest} (on the host before)", ctx.host),
+                    &format!("{dest} (uploaded)"),
+                )
+                .to_string();
+            (text, changed)
+        }
+        _ => {
+            let text = format!(
+                "binary files differ: {} (on the host before) and {} (uploaded)\n",
+                sha256_hex(&old),
+                sha256_hex(new)
+            );
+            (text, 1)
+        }
     };
     std::fs::write(&diff_path, diff)?;
-    Ok(diff_path)
+    Ok((diff_path, changed))
 }

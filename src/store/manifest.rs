@@ -66,6 +66,9 @@ pub struct HostEntry {
     pub failed_step: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the user must know that did not stop the host (shown again when the run ends).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -132,6 +135,7 @@ impl Manifest {
                 entry.failed_step = failed_step.clone();
                 entry.error = error.clone();
             }
+            Event::Warning { host, message } => self.host(host).warnings.push(message.clone()),
             Event::Interrupted => self.mark_interrupted(now),
             Event::RunFinished { status } => {
                 self.status = *status;

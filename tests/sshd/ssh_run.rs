@@ -189,7 +189,7 @@ fn runs_every_step_kind_over_ssh_and_keeps_the_records() {
 }
 
 #[test]
-fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
+fn a_script_edited_on_the_host_is_never_replaced_in_silence() {
     let (env, _a) = Env::with_one_host();
     env.write("bench.sh", BENCH_SCRIPT);
     env.write(
@@ -215,6 +215,47 @@ fn a_script_edited_on_the_host_is_diffed_before_it_is_replaced() {
     let previous = std::fs::read_to_string(newest.join("hosts/a/01-copy-script/bench.sh.previous")).unwrap();
     assert_eq!(previous, edited);
     assert_eq!(std::fs::read_to_string(&remote).unwrap(), BENCH_SCRIPT);
+    // Said on the terminal, live and again when the run ends: host, file, lines, where the diff is.
+    let stderr = text(&out).1;
+    let said = format!(
+        "{} on a holds a version rigrun did not upload (edited there?): 2 lines differ from",
+        remote.display()
+    );
+    assert_eq!(stderr.matches(&said).count(), 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "overwritten, the host's version and the diff are in {}",
+            copy["diff"].as_str().unwrap()
+        )),
+        "{stderr}"
+    );
+
+    // The playbook's script changed, the host's copy did not: uploaded without a word.
+    env.write("bench.sh", &format!("{BENCH_SCRIPT}# v2\n"));
+    let (out, _) = env.run("copy.yaml", &[]);
+    assert!(
+        out.status.success() && !text(&out).1.contains("did not upload"),
+        "{:?}",
+        text(&out)
+    );
+
+    // Edited on the host again: `keep` uses the host's copy, `fail` stops.
+    std::fs::write(&remote, &edited).unwrap();
+    for (choice, code) in [("keep", 0), ("fail", 1)] {
+        env.write(
+            "copy.yaml",
+            &format!("name: copy\nsteps:\n  - copy-script: {{src: bench.sh, dest: \"{{{{ workdir }}}}/bench.sh\", on_host_edit: {choice}}}\n"),
+        );
+        let (out, _) = env.run("copy.yaml", &[]);
+        let stderr = text(&out).1;
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(stderr.contains(&format!("on_host_edit: {choice}")), "{stderr}");
+        assert_eq!(
+            std::fs::read_to_string(&remote).unwrap(),
+            edited,
+            "{choice}: the host's copy stays"
+        );
+    }
 }
 
 #[test]

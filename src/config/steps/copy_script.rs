@@ -25,6 +25,23 @@ pub struct CopyScript {
     /// Render the file with the host's variables before uploading.
     #[serde(default)]
     pub template: bool,
+    /// What to do when the host's copy was changed there since rigrun last uploaded it.
+    #[serde(default)]
+    pub on_host_edit: OnHostEdit,
+}
+
+/// What copy-script does with a copy that was edited on the host (the seeds' workflow is to
+/// read and extend the script where it runs). Every choice says so on the terminal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnHostEdit {
+    /// Keep the host's version and its diff in the run directory, then upload.
+    #[default]
+    Overwrite,
+    /// Upload nothing: the host's version is used, and recorded as such.
+    Keep,
+    /// Fail the step, so that the edit is merged first.
+    Fail,
 }
 
 /// Planned for one host: `src` found on this machine, `mode` read.
@@ -34,6 +51,7 @@ pub struct CopyScriptPlan {
     pub dest: String,
     pub mode: Option<u32>,
     pub template: bool,
+    pub on_host_edit: OnHostEdit,
 }
 
 impl StepKind for CopyScript {
@@ -61,6 +79,7 @@ impl Plans for CopyScript {
             dest: r.render(&self.dest, Quoting::Plain)?,
             mode: self.mode(r)?,
             template: self.template,
+            on_host_edit: self.on_host_edit,
         })
     }
 }
