@@ -41,6 +41,41 @@ struct MasterSpec {
     log: PathBuf,
     dir: PathBuf,
     describe: String,
+    /// The commands that remove or add this host's key in the known_hosts file it uses.
+    keys: KeyCommands,
+}
+
+/// `ssh-keygen -R` and `ssh-keyscan` as they must be typed for this host: `[address]:port` for
+/// a port other than 22, `-f FILE` when the inventory names its own known_hosts file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyCommands {
+    pub remove: String,
+    pub add: String,
+}
+
+impl KeyCommands {
+    pub fn new(address: &str, port: Option<u16>, known_hosts: Option<&str>) -> KeyCommands {
+        let name = match port.filter(|&p| p != 22) {
+            Some(port) => format!("[{address}]:{port}"),
+            None => address.to_string(),
+        };
+        let file = known_hosts.unwrap_or("~/.ssh/known_hosts");
+        let quoted = crate::config::template::shell_quote(&name);
+        KeyCommands {
+            remove: match known_hosts {
+                Some(file) => format!(
+                    "ssh-keygen -R {quoted} -f {}",
+                    crate::config::template::shell_quote(file)
+                ),
+                None => format!("ssh-keygen -R {quoted}"),
+            },
+            add: format!(
+                "ssh-keyscan -p {} {address} >> {}",
+                port.unwrap_or(22),
+                crate::config::template::shell_quote(file)
+            ),
+        }
+    }
 }
 
 impl SshTransport {
@@ -148,10 +183,44 @@ impl SshTransport {
             fs.rename(&tmp, &target).await
         }
         .await;
-        if result.is_err() {
-            let _ = fs.remove_file(&tmp).await;
-        }
-        result.with_context(|| format!("cannot write {path} on {}", self.host))
+        let Err(error) = result else { return Ok(()) };
+        let _ = fs.remove_file(&tmp).await;
+        let why = self
+            .why_not_writable(&dir.display().to_string(), data.len())
+            .await;
+        Err(anyhow!(error).context(match why {
+            Some(why) => format!("cannot write {path} on {}: {why}", self.host),
+            None => format!("cannot write {path} on {}", self.host),
+        }))
+    }
+
+    /// Asks the host, in words, why `dir` cannot take `bytes` more: SFTP itself only says
+    /// "Failure". None when the host sees no reason (the SFTP error then stands alone).
+    async fn why_not_writable(&self, dir: &str, bytes: usize) -> Option<String> {
+        let probe = format!(
+            "d={}; [ -z \"$d\" ] && d=.; p=$d; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; \
+             [ \"$p\" != \"$d\" ] && echo \"missing $p\"; \
+             if err=$( (: > \"$p/.rigrun-probe-$$\") 2>&1 ); then rm -f \"$p/.rigrun-probe-$$\"; \
+             df -Pk \"$p\" | awk 'NR==2 {{print \"free\", $4}}'; else echo \"cannot $err\"; fi",
+            crate::config::template::shell_quote(dir)
+        );
+        let said = self.output_of(&probe).await?;
+        host_says(dir, bytes, &said)
+    }
+
+    /// Stdout of a short command, or None when it could not run.
+    async fn output_of(&self, command: &str) -> Option<String> {
+        let mut out = String::new();
+        let code = self
+            .exec(command, &mut |stream, line| {
+                if stream == Stream::Stdout {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            })
+            .await
+            .ok()?;
+        (code == 0).then_some(out)
     }
 
     /// Forwards a Unix socket in the control directory to the server's address on the host, and
@@ -203,6 +272,39 @@ impl SshTransport {
             .status()
             .await;
     }
+}
+
+/// The reason in the probe's answer (see `why_not_writable`), in the user's words.
+fn host_says(dir: &str, bytes: usize, said: &str) -> Option<String> {
+    let missing = said.lines().find_map(|l| l.strip_prefix("missing "));
+    let cannot = said.lines().find_map(|l| l.strip_prefix("cannot "));
+    let free_kib = said
+        .lines()
+        .find_map(|l| l.strip_prefix("free "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    let reason = if let Some(err) = cannot {
+        let at = missing.unwrap_or(dir);
+        if err.contains("Read-only file system") {
+            format!("the file system of {at} is read-only there")
+        } else if err.contains("No space left") {
+            format!("the disk holding {at} is full")
+        } else if err.contains("Permission denied") {
+            format!("permission denied: the login user may not write in {at}")
+        } else {
+            format!("{at} is not writable: {}", err.trim())
+        }
+    } else if free_kib.is_some_and(|kib| kib * 1024 < bytes as u64 + 4096) {
+        format!(
+            "the disk holding {dir} is full ({} KiB free, {} KiB to write)",
+            free_kib.unwrap_or(0),
+            bytes.div_ceil(1024)
+        )
+    } else if let Some(parent) = missing {
+        format!("{dir} does not exist and could not be created under {parent}")
+    } else {
+        return None;
+    };
+    Some(reason + "; free space or choose another `workdir:` in the inventory")
 }
 
 /// SFTP resolves relative paths against the login directory, which is what `~/` means.
@@ -273,6 +375,12 @@ impl MasterSpec {
             address,
             spec.port.map(|p| format!(":{p}")).unwrap_or_default()
         );
+        let known_hosts = spec
+            .ssh_options
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("UserKnownHostsFile"))
+            .map(|(_, v)| v.as_str());
+        let keys = KeyCommands::new(&address, spec.port, known_hosts);
         args.extend(["--".into(), address]);
         MasterSpec {
             args,
@@ -280,6 +388,7 @@ impl MasterSpec {
             log,
             dir: dir.to_path_buf(),
             describe,
+            keys,
         }
     }
 
@@ -305,7 +414,7 @@ impl MasterSpec {
                 CONNECT_DEADLINE.as_secs()
             ),
             Ok(Err(e)) => bail!("cannot run ssh ({e}); is the OpenSSH client installed?"),
-            Ok(Ok(s)) if !s.success() => bail!("{}", explain_ssh_failure(&self.describe, &log)),
+            Ok(Ok(s)) if !s.success() => bail!("{}", explain_ssh_failure(&self.describe, &self.keys, &log)),
             Ok(Ok(_)) => {}
         }
         let session = Session::resume_mux(self.control.clone().into(), Some(self.log.clone().into()));
@@ -327,7 +436,7 @@ fn expand_home(path: &str) -> String {
 }
 
 /// Turns ssh's own words into one sentence that says what went wrong and what to do.
-pub fn explain_ssh_failure(target: &str, log: &str) -> String {
+pub fn explain_ssh_failure(target: &str, keys: &KeyCommands, log: &str) -> String {
     let last = log
         .lines()
         .rev()
@@ -338,8 +447,9 @@ pub fn explain_ssh_failure(target: &str, log: &str) -> String {
     if has("REMOTE HOST IDENTIFICATION HAS CHANGED") {
         format!(
             "host key verification failed for {target}: its key has CHANGED since it was recorded in known_hosts. \
-             If the host was reinstalled, remove the old key (ssh-keygen -R ADDRESS) and connect again; otherwise \
-             someone may be intercepting the connection"
+             If the host was reinstalled, remove the old key ({}) and connect again; otherwise \
+             someone may be intercepting the connection",
+            keys.remove
         )
     } else if has("Host key verification failed")
         || has("No ED25519 host key is known")
@@ -347,8 +457,8 @@ pub fn explain_ssh_failure(target: &str, log: &str) -> String {
     {
         format!(
             "host key verification failed for {target}: its key is not in known_hosts. Check the key, then add it \
-             (ssh-keyscan -p PORT ADDRESS >> ~/.ssh/known_hosts), or set `known_hosts: accept-new` in the inventory \
-             to record keys seen for the first time"
+             ({}), or set `known_hosts: accept-new` in the inventory to record keys seen for the first time",
+            keys.add
         )
     } else if has("Permission denied") {
         format!(
@@ -375,17 +485,60 @@ mod tests {
     #[test]
     fn explains_the_common_failures() {
         let t = "root@gpu:22";
-        assert!(explain_ssh_failure(t, "Host key verification failed.\r\n").contains("accept-new"));
-        assert!(explain_ssh_failure(
-            t,
+        let keys = KeyCommands::new("gpu", None, None);
+        let explain = |log: &str| explain_ssh_failure(t, &keys, log);
+        assert!(explain("Host key verification failed.\r\n").contains("accept-new"));
+        assert!(explain(
             "@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @\nHost key verification failed."
         )
         .contains("CHANGED"));
-        assert!(explain_ssh_failure(t, "root@gpu: Permission denied (publickey).").contains("identity_file"));
+        assert!(explain("root@gpu: Permission denied (publickey).").contains("identity_file"));
+        assert!(explain("ssh: connect to host gpu port 22: Connection refused").contains("sshd"));
+        assert!(explain("odd\n").ends_with("odd"));
+    }
+
+    #[test]
+    fn the_hosts_answer_becomes_a_reason() {
+        let full = host_says("/w", 1 << 20, "free 12\n").unwrap();
         assert!(
-            explain_ssh_failure(t, "ssh: connect to host gpu port 22: Connection refused").contains("sshd")
+            full.starts_with("the disk holding /w is full (12 KiB free, 1024 KiB to write)"),
+            "{full}"
         );
-        assert!(explain_ssh_failure(t, "odd\n").ends_with("odd"));
+        let ro = host_says(
+            "/w",
+            10,
+            "cannot sh: 1: cannot create /w/.rigrun-probe-9: Read-only file system\n",
+        );
+        assert_eq!(
+            ro.unwrap(),
+            "the file system of /w is read-only there; free space or choose another `workdir:` in the inventory"
+        );
+        let denied = host_says(
+            "/w/x",
+            10,
+            "missing /w\ncannot sh: 1: cannot create /w/.p: Permission denied\n",
+        );
+        assert!(denied
+            .unwrap()
+            .starts_with("permission denied: the login user may not write in /w;"));
+        assert_eq!(host_says("/w", 10, "free 999999\n"), None);
+    }
+
+    #[test]
+    fn key_commands_name_the_port_and_the_file_in_use() {
+        let plain = KeyCommands::new("gpu.lab", None, None);
+        assert_eq!(plain.remove, "ssh-keygen -R gpu.lab");
+        assert_eq!(plain.add, "ssh-keyscan -p 22 gpu.lab >> ~/.ssh/known_hosts");
+        let custom = KeyCommands::new("10.0.0.7", Some(2222), Some("/etc/rigrun/known hosts"));
+        assert_eq!(
+            custom.remove,
+            "ssh-keygen -R '[10.0.0.7]:2222' -f '/etc/rigrun/known hosts'"
+        );
+        assert_eq!(
+            custom.add,
+            "ssh-keyscan -p 2222 10.0.0.7 >> '/etc/rigrun/known hosts'"
+        );
+        assert_eq!(KeyCommands::new("h", Some(22), None).remove, "ssh-keygen -R h");
     }
 
     #[test]

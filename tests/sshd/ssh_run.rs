@@ -321,6 +321,13 @@ fn a_changed_host_key_is_refused_even_with_accept_new() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("CHANGED"), "{stderr}");
+    // The way out names this host's port and the known_hosts file the inventory uses.
+    let remove = format!(
+        "ssh-keygen -R '[127.0.0.1]:{}' -f {}",
+        a.port,
+        env.known_hosts.display()
+    );
+    assert!(stderr.contains(&remove), "{stderr}");
 }
 
 #[test]

@@ -4,4 +4,5 @@
 mod common;
 
 mod e2e_netns;
+mod host_disk;
 mod store_full;
