@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 /// Which output stream of a command a line came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stream {
     Stdout,
@@ -46,7 +46,7 @@ pub enum Status {
     Skipped,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     RunStarted {
@@ -121,3 +121,32 @@ pub enum Event {
 
 /// The sending half the executor and steps use; sending never blocks.
 pub type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;
+
+/// Output lines on their way to the display, so that a slow terminal cannot make them pile up
+/// in memory: past [`output_backlog::LIMIT`] waiting, lines are left out (and counted) until
+/// the display catches up. Records, logs and the journal never go through this.
+pub mod output_backlog {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Lines that may wait for the display.
+    pub const LIMIT: usize = 10_000;
+
+    static WAITING: AtomicUsize = AtomicUsize::new(0);
+    static LEFT_OUT: AtomicUsize = AtomicUsize::new(0);
+
+    /// A line may go to the display: Some(how many were left out before it), or None to leave
+    /// this one out too.
+    pub fn admit() -> Option<usize> {
+        if WAITING.load(Ordering::Relaxed) >= LIMIT {
+            LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        WAITING.fetch_add(1, Ordering::Relaxed);
+        Some(LEFT_OUT.swap(0, Ordering::Relaxed))
+    }
+
+    /// The display took a line.
+    pub fn shown() {
+        let _ = WAITING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}

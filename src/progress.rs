@@ -65,6 +65,9 @@ impl Progress {
     }
 
     pub fn show(&mut self, event: &Event) {
+        if let Event::Output { .. } = event {
+            crate::events::output_backlog::shown();
+        }
         match event {
             Event::HostConnecting { host } => self.status(host, "connecting".into()),
             Event::HostConnected { host, facts } => {

@@ -9,8 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::HostCtx;
-use crate::events::Event;
-use crate::transport::Stream;
+use crate::transport::{line_text, Output, Stream, LINE_CAP};
 
 /// Lines of stderr kept for the message of a failed command.
 const TAIL_LINES: usize = 8;
@@ -41,16 +40,28 @@ impl CommandEnd {
     }
 }
 
-/// Runs `command`, writing `<log_base>.stdout.log` and `<log_base>.stderr.log`, emitting each line
-/// live under `label`, and handing stdout lines to `on_stdout`. Past `timeout` the command is
-/// stopped (its process group killed on the host) and `exit_code` is None.
+/// A stdout line as `run_logged` hands it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdoutLine<'a> {
+    Text(&'a str),
+    /// Longer than [`LINE_CAP`]: in the log, not read (said once per such line); whether it
+    /// starts like a record.
+    Overlong {
+        record_like: bool,
+    },
+}
+
+/// Runs `command`, writing `<log_base>.stdout.log` and `<log_base>.stderr.log` (the bytes as
+/// printed), emitting each line live under `label`, and handing stdout lines to `on_stdout`.
+/// Past `timeout` the command is stopped (its process group killed on the host) and
+/// `exit_code` is None. Memory stays bounded whatever the command prints.
 pub async fn run_logged(
     ctx: &HostCtx,
     command: &str,
     label: &str,
     log_base: &Path,
     timeout: Option<Duration>,
-    on_stdout: &mut (dyn FnMut(&str) + Send),
+    on_stdout: &mut (dyn FnMut(StdoutLine) + Send),
 ) -> Result<CommandEnd> {
     let open = |ext: &str| -> Result<BufWriter<File>> {
         let path = log_base.with_extension(ext);
@@ -61,29 +72,30 @@ pub async fn run_logged(
     let mut out_log = open("stdout.log")?;
     let mut err_log = open("stderr.log")?;
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
-    let mut on_line = |stream: Stream, line: &str| {
+    let mut on_output = |stream: Stream, output: Output| {
         let log = if stream == Stream::Stdout {
             &mut out_log
         } else {
             &mut err_log
         };
-        let _ = writeln!(log, "{line}").and_then(|_| log.flush());
+        let _ = log_bytes(log, output);
+        let Some(line) = shown(output) else { return };
         if stream == Stream::Stdout {
-            on_stdout(line);
+            on_stdout(match output {
+                Output::Line(_) => StdoutLine::Text(&line),
+                Output::Long { piece, .. } => StdoutLine::Overlong {
+                    record_like: piece.trim_ascii_start().starts_with(b"{\""),
+                },
+            });
         } else {
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
             tail.push_back(line.to_string());
         }
-        ctx.emit(Event::Output {
-            host: ctx.host.clone(),
-            label: label.to_string(),
-            stream,
-            line: line.to_string(),
-        });
+        ctx.show_output(label, stream, &line);
     };
-    let exec = ctx.transport.exec(command, &mut on_line);
+    let exec = ctx.transport.exec_output(command, &mut on_output);
     let exit_code = match timeout {
         Some(limit) => match tokio::time::timeout(limit, exec).await {
             Ok(code) => Some(code?),
@@ -95,4 +107,40 @@ pub async fn run_logged(
         exit_code,
         stderr_tail: tail.into(),
     })
+}
+
+/// Appends what was printed to its log, as printed; a line is flushed once it is whole.
+fn log_bytes(log: &mut BufWriter<File>, output: Output) -> std::io::Result<()> {
+    match output {
+        Output::Line(line) => {
+            log.write_all(line)?;
+            log.write_all(b"\n")?;
+            log.flush()
+        }
+        Output::Long { piece, last, .. } => {
+            log.write_all(piece)?;
+            if last {
+                log.write_all(b"\n")?;
+                log.flush()?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The text of a line as it is shown and handed on (the whole of a line up to [`LINE_CAP`] for
+/// `on_stdout`; shortened for the display by the caller), once per line; None for the rest of
+/// an overlong line.
+fn shown(output: Output<'_>) -> Option<std::borrow::Cow<'_, str>> {
+    match output {
+        Output::Line(line) => Some(line_text(line)),
+        Output::Long { first: true, .. } => Some(
+            format!(
+                "(a line longer than {} MiB: kept in the log, not shown or read)",
+                LINE_CAP >> 20
+            )
+            .into(),
+        ),
+        Output::Long { .. } => None,
+    }
 }

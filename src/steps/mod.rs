@@ -19,7 +19,7 @@ use anyhow::Result;
 use indexmap::IndexMap;
 use serde_json::{json, Value as Json};
 
-pub use command::run_logged;
+pub use command::{run_logged, StdoutLine};
 pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
@@ -29,6 +29,9 @@ use crate::events::{Event, EventSender, Record, RecordStatus, Status};
 use crate::plan::PlannedStep;
 use crate::store::RunDir;
 use crate::transport::Transport;
+
+/// The longest part of a line shown live; the log keeps all of it.
+const SHOWN_CHARS: usize = 4096;
 
 /// Everything a step needs to act on one host.
 pub struct HostCtx {
@@ -83,6 +86,25 @@ impl HostCtx {
     pub fn emit(&self, event: Event) {
         // The receiver only goes away when the run is being torn down.
         let _ = self.events.send(event);
+    }
+
+    /// Shows a line of a command's output live (shortened), unless the display is so far
+    /// behind that it would only pile up in memory: then the line is counted and left out (the
+    /// logs keep everything; the display says how many it left out).
+    pub fn show_output(&self, label: &str, stream: crate::transport::Stream, line: &str) {
+        let Some(skipped) = crate::events::output_backlog::admit() else {
+            return;
+        };
+        let mut line: String = line.chars().take(SHOWN_CHARS).collect();
+        if skipped > 0 {
+            line = format!("({skipped} lines not shown: the display fell behind) {line}");
+        }
+        self.emit(Event::Output {
+            host: self.host.clone(),
+            label: label.to_string(),
+            stream,
+            line,
+        });
     }
 
     /// Resolves a leading `~/` against the host's login directory.

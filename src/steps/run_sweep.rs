@@ -7,7 +7,7 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 
 use super::record_line::{self, Line};
-use super::{run_logged, HostCtx, StepOutcome};
+use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::run_sweep::RunSweepPlan;
 use crate::events::{Event, RecordStatus, Status};
 use crate::plan::PlannedStep;
@@ -46,12 +46,19 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
         });
         let log_base = dir.join(format!("{:03}-{}", n + 1, slug(&label)));
         let mut line_number = 0;
-        let mut on_stdout = |line: &str| {
+        let mut on_stdout = |line: StdoutLine| {
             line_number += 1;
-            match record_line::read(line) {
+            let text = match line {
+                StdoutLine::Text(text) => text,
+                StdoutLine::Overlong { record_like: false } => {
+                    return too_long(ctx, step, &label, line_number);
+                }
+                StdoutLine::Overlong { .. } => "",
+            };
+            match read_line(line) {
                 Line::Record(metrics) => ctx.record(step, &point.values, metrics, RecordStatus::Ok, None),
                 Line::Unreadable(why) => {
-                    unreadable(ctx, step, &point.values, &label, line_number, line, &why)
+                    unreadable(ctx, step, &point.values, &label, line_number, text, &why)
                 }
                 Line::Log => {}
             }
@@ -137,6 +144,30 @@ fn finish_point(
         exit_code,
         reason,
         seconds: started.elapsed().as_secs_f64(),
+    });
+}
+
+/// What a stdout line is; one too long to read is said to be so.
+fn read_line(line: StdoutLine) -> Line {
+    match line {
+        StdoutLine::Text(text) => record_line::read(text),
+        StdoutLine::Overlong { .. } => Line::Unreadable(format!(
+            "it is longer than {} MiB, so it is kept in the log but not read",
+            crate::transport::LINE_CAP >> 20
+        )),
+    }
+}
+
+/// A line too long to read that does not look like a record: a note, the point is not hurt.
+fn too_long(ctx: &HostCtx, step: &PlannedStep, label: &str, number: usize) {
+    ctx.emit(Event::Warning {
+        host: ctx.host.clone(),
+        message: format!(
+            "{} {label}: stdout line {number} is longer than {} MiB; it is kept in the point's log \
+             but not read as a record",
+            step.name,
+            crate::transport::LINE_CAP >> 20
+        ),
     });
 }
 

@@ -28,6 +28,10 @@ pub struct Manifest {
     /// The playbook's expected values, resolved, so that `show` can check them later.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<Reference>,
+    /// How many lines of events.jsonl this manifest has folded in: a reader replays the rest
+    /// (the manifest is rewritten at a bounded rate, the journal on every event).
+    #[serde(default)]
+    pub journaled: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -200,5 +204,6 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         status: Status::Running,
         hosts,
         references: config.references.clone(),
+        journaled: 0,
     }
 }

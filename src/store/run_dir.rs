@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -10,11 +11,18 @@ use chrono::{DateTime, Utc};
 use super::Manifest;
 use crate::events::{Event, Record};
 
+/// How often at most run.json is rewritten while a run goes on (and when it ends, or a host
+/// does): its cost stays flat however many hosts and steps there are.
+pub const MANIFEST_INTERVAL: Duration = Duration::from_millis(500);
+
 pub struct RunDir {
     pub path: PathBuf,
     pub manifest: Manifest,
     events: File,
     records: File,
+    /// Events folded into the manifest since it was last written.
+    dirty: bool,
+    written_at: Instant,
 }
 
 /// A file-name-safe form of `text`: letters, digits, `.`, `_`, `=`, `-`; anything else becomes `_`.
@@ -56,7 +64,10 @@ impl RunDir {
             records: open("records.jsonl")?,
             path,
             manifest,
+            dirty: false,
+            written_at: Instant::now(),
         };
+        let mut dir = dir;
         dir.write_manifest()?;
         Ok(dir)
     }
@@ -74,7 +85,8 @@ impl RunDir {
     }
 
     /// Journals one event: appended to `events.jsonl` (records also to `records.jsonl`) and
-    /// flushed at once, so a run cut short keeps everything it measured.
+    /// flushed at once, so a run cut short keeps everything it measured. run.json follows at
+    /// most every [`MANIFEST_INTERVAL`], and at once when a host or the run ends.
     pub fn journal(&mut self, event: &Event) -> Result<()> {
         if matches!(event, Event::Output { .. }) {
             return Ok(());
@@ -90,16 +102,41 @@ impl RunDir {
             writeln!(self.records, "{}", serde_json::to_string(record)?)?;
             self.records.flush()?;
         }
-        if self.manifest.apply(event, now) {
-            self.write_manifest()?;
+        self.manifest.journaled += 1;
+        self.dirty |= self.manifest.apply(event, now);
+        let ends = matches!(
+            event,
+            Event::HostFinished { .. } | Event::RunFinished { .. } | Event::Interrupted
+        );
+        if ends || self.written_at.elapsed() >= MANIFEST_INTERVAL {
+            self.flush_manifest()?;
         }
         Ok(())
     }
 
-    fn write_manifest(&self) -> Result<()> {
+    /// How long until run.json is due to be brought up to date; None when it is.
+    pub fn manifest_due_in(&self) -> Option<Duration> {
+        self.dirty
+            .then(|| MANIFEST_INTERVAL.saturating_sub(self.written_at.elapsed()))
+    }
+
+    /// Brings run.json up to date if anything changed since it was written.
+    pub fn flush_manifest(&mut self) -> Result<()> {
+        if self.dirty {
+            self.write_manifest()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Writes run.json atomically (a temporary file, then a rename): valid at every instant.
+    fn write_manifest(&mut self) -> Result<()> {
         let tmp = self.path.join(".run.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&self.manifest)?)?;
+        let bytes = serde_json::to_vec_pretty(&self.manifest)?;
+        std::fs::write(&tmp, &bytes)?;
         std::fs::rename(&tmp, self.path.join("run.json"))?;
+        self.written_at = Instant::now();
+        tracing::debug!(bytes = bytes.len(), "run.json written");
         Ok(())
     }
 
@@ -123,6 +160,8 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
         .with_context(|| format!("{} is not a run directory (no readable run.json)", dir.display()))?;
     let manifest: Manifest =
         serde_json::from_str(&text).with_context(|| format!("{}: not a rigrun manifest", path.display()))?;
+    let mut manifest = manifest;
+    replay_journal(dir, &mut manifest);
     if manifest.format > super::manifest::FORMAT {
         anyhow::bail!(
             "{} was written by a newer rigrun (run.json format {}; this rigrun {} reads formats up \
@@ -134,6 +173,33 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
         );
     }
     Ok(manifest)
+}
+
+/// Folds into `manifest` the events of events.jsonl it has not seen (run.json trails the
+/// journal by up to [`MANIFEST_INTERVAL`], more when the writer was killed). A damaged line ends
+/// the replay: what follows it cannot be trusted to be in order.
+fn replay_journal(dir: &Path, manifest: &mut Manifest) {
+    // Runs of format 0 rewrote run.json on every change and did not count.
+    let (true, Ok(file)) = (manifest.format >= 1, File::open(dir.join("events.jsonl"))) else {
+        return;
+    };
+    let lines = BufReader::new(file)
+        .split(b'\n')
+        .skip(manifest.journaled as usize);
+    for line in lines {
+        let Ok(bytes) = line else { break };
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            break;
+        };
+        let at = value
+            .get("at")
+            .and_then(|a| serde_json::from_value(a.clone()).ok());
+        let Ok(event) = serde_json::from_value::<Event>(value) else {
+            break;
+        };
+        manifest.apply(&event, at.unwrap_or_else(Utc::now));
+        manifest.journaled += 1;
+    }
 }
 
 /// Reads `records.jsonl`. A line that is not a record (cut short by a full disk, a crash or a
@@ -227,6 +293,37 @@ mod tests {
         assert_eq!(records.len(), 2);
         let lines: Vec<usize> = skipped.iter().map(|(n, _)| *n).collect();
         assert_eq!(lines, [3, 4, 6], "{skipped:?}");
+    }
+
+    #[test]
+    fn a_reader_replays_what_run_json_has_not_caught_up_with() {
+        let runs = tempfile::tempdir().unwrap();
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/20261201T102538Z-demo/run.json");
+        let mut manifest: Manifest =
+            serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        manifest.format = super::super::manifest::FORMAT;
+        manifest.run_id = "r".into();
+        manifest.hosts.clear();
+        let mut dir = RunDir::create(runs.path(), manifest).unwrap();
+        let host = |name: &str| name.to_string();
+        dir.journal(&Event::HostConnecting { host: host("a") }).unwrap();
+        dir.journal(&Event::StepStarted {
+            host: host("a"),
+            index: 0,
+            name: "shell".into(),
+            kind: "shell".into(),
+        })
+        .unwrap();
+        // Killed here: run.json was written when the run was created, not since.
+        let path = dir.path.clone();
+        drop(dir);
+        let on_disk: Manifest =
+            serde_json::from_str(&std::fs::read_to_string(path.join("run.json")).unwrap()).unwrap();
+        assert!(on_disk.hosts.is_empty(), "run.json trails the journal");
+        let read = read_manifest(&path).unwrap();
+        assert_eq!(read.hosts["a"].steps.len(), 1, "the journal is replayed");
+        assert_eq!(read.journaled, 2);
     }
 
     #[test]

@@ -13,31 +13,56 @@ use crate::progress::Progress;
 /// full), it says so on `failed` at once, so that the hosts stop rather than measure what could
 /// not be kept, and returns that error once the hosts are gone.
 pub fn spawn(
+    run_dir: RunDir,
+    progress: Progress,
+    rx: mpsc::UnboundedReceiver<Event>,
+    failed: oneshot::Sender<()>,
+) -> std::thread::JoinHandle<Result<RunDir>> {
+    std::thread::spawn(move || {
+        // A clock of its own, so that run.json is brought up to date when events pause.
+        let clock = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        clock.block_on(write(run_dir, progress, rx, failed))
+    })
+}
+
+/// The thread's loop: each event shown and journaled; run.json written when due.
+async fn write(
     mut run_dir: RunDir,
     mut progress: Progress,
     mut rx: mpsc::UnboundedReceiver<Event>,
     failed: oneshot::Sender<()>,
-) -> std::thread::JoinHandle<Result<RunDir>> {
-    std::thread::spawn(move || {
-        let mut failed = Some(failed);
-        let mut error = None;
-        while let Some(event) = rx.blocking_recv() {
-            progress.show(&event);
-            if error.is_some() {
-                continue;
+) -> Result<RunDir> {
+    let mut failed = Some(failed);
+    let mut error = None;
+    loop {
+        let next = match run_dir.manifest_due_in().filter(|_| error.is_none()) {
+            Some(due) => tokio::time::timeout(due, rx.recv()).await.ok(),
+            None => Some(rx.recv().await),
+        };
+        let written = match next {
+            None => run_dir.flush_manifest(),
+            Some(None) => break,
+            Some(Some(event)) => {
+                progress.show(&event);
+                if error.is_some() {
+                    continue;
+                }
+                run_dir.journal(&event)
             }
-            if let Err(e) = run_dir.journal(&event) {
-                error = Some(e.context(format!(
-                    "cannot write the run directory {}",
-                    run_dir.path.display()
-                )));
-                failed.take().map(|f| f.send(()));
-            }
+        };
+        if let Err(e) = written {
+            error = Some(e.context(format!(
+                "cannot write the run directory {}",
+                run_dir.path.display()
+            )));
+            failed.take().map(|f| f.send(()));
         }
-        progress.finish();
-        match error {
-            Some(e) => Err(e),
-            None => Ok(run_dir),
-        }
-    })
+    }
+    progress.finish();
+    match error {
+        Some(e) => Err(e),
+        None => run_dir.flush_manifest().map(|()| run_dir),
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
-use super::wrapper::{self, Stream};
+use super::wrapper::{self, Output, Stream};
 
 pub struct LocalTransport {
     permits: Arc<Semaphore>,
@@ -23,7 +23,11 @@ impl LocalTransport {
         }
     }
 
-    pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
+    pub async fn exec(
+        &self,
+        command: &str,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Result<i32> {
         let _permit = self.permits.acquire().await?;
         let marker = wrapper::new_marker();
         let mut child = tokio::process::Command::new("sh")
@@ -39,7 +43,7 @@ impl LocalTransport {
         let _stdin = child.stdin.take();
         let stdout = child.stdout.take().context("no stdout pipe")?;
         let stderr = child.stderr.take().context("no stderr pipe")?;
-        let code = wrapper::drive(stdout, stderr, &marker, on_line).await?;
+        let code = wrapper::drive(stdout, stderr, &marker, on_output).await?;
         child.wait().await?;
         code.context("the command ended without reporting its exit code (was its shell killed?)")
     }

@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 
 pub use local::LocalTransport;
 pub use ssh::SshTransport;
-pub use wrapper::Stream;
+pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 
 use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 
@@ -52,12 +52,28 @@ impl Transport {
         })
     }
 
-    /// Runs `command` with `sh`, passing each output line to `on_line`; returns the exit code.
+    /// Runs `command` with `sh`, passing each output line (as text) to `on_line`; returns the
+    /// exit code.
     /// Dropping the future stops the command and everything it started.
     pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
+        self.exec_output(command, &mut |stream, output| {
+            if let Output::Line(line) = output {
+                on_line(stream, &line_text(line));
+            }
+        })
+        .await
+    }
+
+    /// Runs `command`, passing on what it prints as bytes: whole lines, and lines longer than
+    /// [`LINE_CAP`] in pieces (which [`Transport::exec`] leaves out). Memory stays bounded.
+    pub async fn exec_output(
+        &self,
+        command: &str,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Result<i32> {
         match self {
-            Transport::Ssh(t) => t.exec(command, on_line).await,
-            Transport::Local(t) => t.exec(command, on_line).await,
+            Transport::Ssh(t) => t.exec(command, on_output).await,
+            Transport::Local(t) => t.exec(command, on_output).await,
         }
     }
 

@@ -14,7 +14,7 @@ use openssh::{ForwardType, Session, Socket};
 use openssh_sftp_client::{Sftp, SftpOptions};
 use tokio::sync::{Mutex, Semaphore};
 
-use super::wrapper::{self, Stream};
+use super::wrapper::{self, Output, Stream};
 use super::HttpEndpoint;
 use crate::config::{HostSpec, KnownHostsPolicy};
 
@@ -107,7 +107,11 @@ impl SshTransport {
         Ok(guard.clone())
     }
 
-    pub async fn exec(&self, command: &str, on_line: &mut (dyn FnMut(Stream, &str) + Send)) -> Result<i32> {
+    pub async fn exec(
+        &self,
+        command: &str,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Result<i32> {
         let _permit = self.permits.acquire().await?;
         let session = self.session().await?;
         let marker = wrapper::new_marker();
@@ -123,7 +127,7 @@ impl SshTransport {
         let _stdin = child.stdin().take();
         let stdout = child.stdout().take().context("no stdout channel")?;
         let stderr = child.stderr().take().context("no stderr channel")?;
-        let code = wrapper::drive(stdout, stderr, &marker, on_line).await?;
+        let code = wrapper::drive(stdout, stderr, &marker, on_output).await?;
         let _ = child.wait().await;
         code.ok_or_else(|| {
             anyhow!(
@@ -212,9 +216,9 @@ impl SshTransport {
     async fn output_of(&self, command: &str) -> Option<String> {
         let mut out = String::new();
         let code = self
-            .exec(command, &mut |stream, line| {
-                if stream == Stream::Stdout {
-                    out.push_str(line);
+            .exec(command, &mut |stream, output| {
+                if let (Stream::Stdout, Output::Line(line)) = (stream, output) {
+                    out.push_str(&wrapper::line_text(line));
                     out.push('\n');
                 }
             })

@@ -8,7 +8,7 @@
 
 use std::io;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::config::template::shell_quote;
 pub use crate::events::Stream;
@@ -43,44 +43,117 @@ pub fn wrapper_command_line(command: &str, marker: &str) -> String {
     )
 }
 
-/// Reads both output streams line by line until they close, passing each line on, and returns
-/// the exit code the wrapper reported (None when it never reported one: the connection broke).
+/// Longest line handed on whole; a longer one comes in pieces (logged, never read as a record),
+/// so that memory stays bounded whatever a command prints.
+pub const LINE_CAP: usize = 1 << 20;
+/// How much is read from a stream at once.
+const CHUNK: usize = 64 * 1024;
+
+/// What a command printed, as it arrives: whole lines, or a line longer than [`LINE_CAP`] in
+/// pieces. Bytes are as printed (binary too), without the line's `\n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output<'a> {
+    Line(&'a [u8]),
+    /// A piece of an overlong line: `first` for its first [`LINE_CAP`]-odd bytes, `last` once
+    /// its newline (or the end of the stream) came.
+    Long {
+        piece: &'a [u8],
+        first: bool,
+        last: bool,
+    },
+}
+
+/// Cuts one stream into [`Output`]s with at most [`LINE_CAP`] bytes held.
+#[derive(Default)]
+struct Lines {
+    buf: Vec<u8>,
+    long: bool,
+}
+
+impl Lines {
+    fn push(&mut self, mut data: &[u8], emit: &mut dyn FnMut(Output)) {
+        while !data.is_empty() {
+            let (segment, newline) = match data.iter().position(|&b| b == b'\n') {
+                Some(i) => (&data[..i], true),
+                None => (data, false),
+            };
+            data = &data[segment.len() + usize::from(newline)..];
+            self.add(segment, newline, emit);
+        }
+    }
+
+    fn add(&mut self, segment: &[u8], newline: bool, emit: &mut dyn FnMut(Output)) {
+        if !self.long && self.buf.len() + segment.len() <= LINE_CAP {
+            self.buf.extend_from_slice(segment);
+            if newline {
+                emit(Output::Line(&self.buf));
+                self.buf.clear();
+            }
+            return;
+        }
+        if !self.long {
+            self.long = true;
+            emit(Output::Long {
+                piece: &self.buf,
+                first: true,
+                last: false,
+            });
+            self.buf.clear();
+        }
+        emit(Output::Long {
+            piece: segment,
+            first: false,
+            last: newline,
+        });
+        self.long &= !newline;
+    }
+
+    /// The stream ended: a last line without its newline still counts.
+    fn finish(&mut self, emit: &mut dyn FnMut(Output)) {
+        if self.long {
+            emit(Output::Long {
+                piece: &[],
+                first: false,
+                last: true,
+            });
+        } else if !self.buf.is_empty() {
+            emit(Output::Line(&self.buf));
+        }
+        self.buf.clear();
+        self.long = false;
+    }
+}
+
+/// Reads both output streams until they close, passing on what they print, and returns the
+/// exit code the wrapper reported (None when it never reported one: the connection broke).
 pub async fn drive(
-    stdout: impl AsyncRead + Unpin,
-    stderr: impl AsyncRead + Unpin,
+    mut stdout: impl AsyncRead + Unpin,
+    mut stderr: impl AsyncRead + Unpin,
     marker: &str,
-    on_line: &mut (dyn FnMut(Stream, &str) + Send),
+    on_output: &mut (dyn FnMut(Stream, Output) + Send),
 ) -> io::Result<Option<i32>> {
-    let mut out = BufReader::new(stdout);
-    let mut err = BufReader::new(stderr);
-    let (mut out_buf, mut err_buf) = (Vec::new(), Vec::new());
+    let (mut out_lines, mut err_lines) = (Lines::default(), Lines::default());
+    let (mut out_chunk, mut err_chunk) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let (mut out_open, mut err_open) = (true, true);
     let mut code = None;
     while out_open || err_open {
         tokio::select! {
-            read = out.read_until(b'\n', &mut out_buf), if out_open => {
-                if read? == 0 {
-                    out_open = false;
-                } else {
-                    on_line(Stream::Stdout, &line_text(&out_buf));
-                    out_buf.clear();
+            read = stdout.read(&mut out_chunk), if out_open => {
+                match read? {
+                    0 => {
+                        out_open = false;
+                        out_lines.finish(&mut |o| on_output(Stream::Stdout, o));
+                    }
+                    n => out_lines.push(&out_chunk[..n], &mut |o| on_output(Stream::Stdout, o)),
                 }
             }
-            read = err.read_until(b'\n', &mut err_buf), if err_open => {
-                if read? == 0 {
-                    err_open = false;
-                } else {
-                    let line = line_text(&err_buf);
-                    err_buf.clear();
-                    match split_marker(&line, marker) {
-                        Some((before, rc)) => {
-                            if !before.is_empty() {
-                                on_line(Stream::Stderr, before);
-                            }
-                            code = rc;
-                        }
-                        None => on_line(Stream::Stderr, &line),
+            read = stderr.read(&mut err_chunk), if err_open => {
+                match read? {
+                    0 => {
+                        err_open = false;
+                        err_lines.finish(&mut |o| from_stderr(o, marker, &mut code, on_output));
                     }
+                    n => err_lines.push(&err_chunk[..n], &mut |o| from_stderr(o, marker, &mut code, on_output)),
                 }
             }
         }
@@ -88,16 +161,40 @@ pub async fn drive(
     Ok(code)
 }
 
-fn line_text(buf: &[u8]) -> String {
-    let text = String::from_utf8_lossy(buf);
-    text.trim_end_matches(['\n', '\r']).to_string()
+/// Passes stderr on, taking the wrapper's exit line out of it.
+fn from_stderr(
+    output: Output,
+    marker: &str,
+    code: &mut Option<i32>,
+    on_output: &mut (dyn FnMut(Stream, Output) + Send),
+) {
+    let Output::Line(line) = output else {
+        return on_output(Stream::Stderr, output);
+    };
+    match split_marker(line, marker.as_bytes()) {
+        Some((before, rc)) => {
+            if !before.is_empty() {
+                on_output(Stream::Stderr, Output::Line(before));
+            }
+            *code = rc;
+        }
+        None => on_output(Stream::Stderr, output),
+    }
 }
 
 /// Finds the marker in a stderr line: what came before it, and the exit code after it.
-fn split_marker<'a>(line: &'a str, marker: &str) -> Option<(&'a str, Option<i32>)> {
-    let at = line.find(marker)?;
-    let code = line[at + marker.len()..].trim().parse().ok();
+fn split_marker<'a>(line: &'a [u8], marker: &[u8]) -> Option<(&'a [u8], Option<i32>)> {
+    let at = line.windows(marker.len()).position(|w| w == marker)?;
+    let code = std::str::from_utf8(&line[at + marker.len()..])
+        .ok()
+        .and_then(|rest| rest.trim().parse().ok());
     Some((&line[..at], code))
+}
+
+/// A whole line as text for those who read lines: invalid UTF-8 replaced, `\r` dropped.
+pub fn line_text(line: &[u8]) -> std::borrow::Cow<'_, str> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    String::from_utf8_lossy(line)
 }
 
 #[cfg(test)]
@@ -106,12 +203,56 @@ mod tests {
 
     #[test]
     fn marker_splits_partial_lines() {
-        assert_eq!(split_marker("__m__ 7", "__m__"), Some(("", Some(7))));
+        assert_eq!(split_marker(b"__m__ 7", b"__m__"), Some((&b""[..], Some(7))));
         assert_eq!(
-            split_marker("no newline__m__ 0", "__m__"),
-            Some(("no newline", Some(0)))
+            split_marker(b"no newline__m__ 0", b"__m__"),
+            Some((&b"no newline"[..], Some(0)))
         );
-        assert_eq!(split_marker("plain", "__m__"), None);
+        assert_eq!(split_marker(b"plain", b"__m__"), None);
+    }
+
+    /// What `Lines` hands on for `chunks`, as (kind, bytes) with Long pieces joined per line.
+    fn cut(chunks: &[&[u8]]) -> Vec<(&'static str, Vec<u8>)> {
+        let mut lines = Lines::default();
+        let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
+        let mut emit = |o: Output| match o {
+            Output::Line(l) => out.push(("line", l.to_vec())),
+            Output::Long { piece, first, .. } => {
+                if first {
+                    out.push(("long", Vec::new()));
+                }
+                out.last_mut().unwrap().1.extend_from_slice(piece);
+            }
+        };
+        for chunk in chunks {
+            lines.push(chunk, &mut emit);
+        }
+        lines.finish(&mut emit);
+        out
+    }
+
+    #[test]
+    fn lines_come_whole_and_overlong_ones_in_pieces_with_every_byte() {
+        assert_eq!(
+            cut(&[b"a\nb", b"c\n\xff\x00\r\n", b"tail"]),
+            [
+                ("line", b"a".to_vec()),
+                ("line", b"bc".to_vec()),
+                ("line", b"\xff\x00\r".to_vec()),
+                ("line", b"tail".to_vec()),
+            ]
+        );
+        let long = vec![b'x'; LINE_CAP + 10];
+        let mut printed = long.clone();
+        printed.extend_from_slice(b"\nnext\n");
+        let halves: Vec<&[u8]> = printed.chunks(LINE_CAP / 3).collect();
+        assert_eq!(cut(&halves), [("long", long), ("line", b"next".to_vec())]);
+    }
+
+    #[test]
+    fn a_line_is_text_without_its_carriage_return() {
+        assert_eq!(line_text(b"ok\r"), "ok");
+        assert_eq!(line_text(b"\xffx"), "\u{fffd}x");
     }
 
     #[test]
@@ -136,11 +277,13 @@ mod tests {
             child.stdout.take().unwrap(),
             child.stderr.take().unwrap(),
             &marker,
-            &mut |s, l| {
-                if Some(l) == close_on {
+            &mut |s, output| {
+                let Output::Line(l) = output else { return };
+                let l = line_text(l).into_owned();
+                if Some(l.as_str()) == close_on {
                     stdin.take();
                 }
-                lines.push((s, l.to_string()))
+                lines.push((s, l))
             },
         )
         .await

@@ -337,3 +337,42 @@ fn records_that_json_cannot_hold_are_kept_marked_and_a_damaged_journal_still_rea
         "{stderr}"
     );
 }
+
+/// A point that prints binary bytes and a 3 MiB line among its records.
+const NOISY: &str = r#"
+name: noisy
+hosts: [fast]
+steps:
+  - run-sweep:
+      matrix: {concurrency: [1]}
+      command: >-
+        printf 'bin \377\000\r\n'; head -c 3145728 /dev/zero | tr '\0' x; echo;
+        echo '{"output_throughput": 5}'
+"#;
+
+#[test]
+fn output_is_logged_as_printed_and_an_overlong_line_is_not_read() {
+    let dir = setup();
+    std::fs::write(dir.path().join("noisy.yaml"), NOISY).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "noisy.yaml", "--runs-dir", "runs"]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stdout line 2 is longer than 1 MiB; it is kept in the point's log"),
+        "{stderr}"
+    );
+    let run = only_run_dir(&dir.path().join("runs"));
+    let recs = records(&run);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["metrics"]["output_throughput"], 5);
+    let log = std::fs::read(run.join("hosts/fast/01-run-sweep/001-concurrency=1.stdout.log")).unwrap();
+    let mut printed = b"bin \xff\x00\r\n".to_vec();
+    printed.extend(std::iter::repeat_n(b'x', 3 << 20));
+    printed.extend_from_slice(b"\n{\"output_throughput\": 5}\n");
+    assert!(
+        log == printed,
+        "the log holds the bytes as printed ({} bytes, {} expected)",
+        log.len(),
+        printed.len()
+    );
+}
