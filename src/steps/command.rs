@@ -72,13 +72,16 @@ pub async fn run_logged(
     let mut out_log = open("stdout.log")?;
     let mut err_log = open("stderr.log")?;
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+    let mut log_error: Option<std::io::Error> = None;
     let mut on_output = |stream: Stream, output: Output| {
         let log = if stream == Stream::Stdout {
             &mut out_log
         } else {
             &mut err_log
         };
-        let _ = log_bytes(log, output);
+        if let Err(e) = log_bytes(log, output) {
+            log_error.get_or_insert(e);
+        }
         let Some(line) = shown(output) else { return };
         if stream == Stream::Stdout {
             on_stdout(match output {
@@ -103,6 +106,10 @@ pub async fn run_logged(
         },
         None => Some(exec.await?),
     };
+    if let Some(e) = log_error {
+        // A log cut short in silence would look like output the command never printed.
+        anyhow::bail!("cannot write the logs {}.*.log: {e}", log_base.display());
+    }
     Ok(CommandEnd {
         exit_code,
         stderr_tail: tail.into(),
