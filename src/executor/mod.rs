@@ -112,7 +112,7 @@ async fn wait_or_interrupt(
                 all_ok &= matches!(done, Ok(Status::Ok));
             }
         } => None,
-        _ = tokio::signal::ctrl_c() => Some(Status::Interrupted),
+        () = interrupted() => Some(Status::Interrupted),
         Ok(()) = store_failed => Some(Status::Failed),
     };
     if let Some(status) = stopped {
@@ -126,6 +126,24 @@ async fn wait_or_interrupt(
         Status::Ok
     } else {
         Status::Failed
+    }
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP (a closed terminal, `timeout`, systemd, Slurm): each stops the run
+/// the same way, so that run.json ends `interrupted`, the hosts' commands are stopped, the
+/// masters closed and the control directory removed.
+async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (term, hup) = (signal(SignalKind::terminate()), signal(SignalKind::hangup()));
+    let (Ok(mut term), Ok(mut hup)) = (term, hup) else {
+        // Without those handlers, Ctrl-C still works.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
 }
 

@@ -414,7 +414,14 @@ fn a_server_that_never_answers_fails_verify_with_the_last_error() {
 }
 
 #[test]
-fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
+fn ctrl_c_sigterm_and_sighup_stop_the_remote_commands_and_keep_what_was_measured() {
+    for signal in ["INT", "TERM", "HUP"] {
+        interrupt_mid_sweep(signal);
+    }
+}
+
+/// Sends `signal` to rigrun once the first point runs; checks what must hold afterwards.
+fn interrupt_mid_sweep(signal: &str) {
     let (env, _a) = Env::with_one_host();
     let pid_file = env.path().join("sleep.pid");
     env.write(
@@ -442,26 +449,65 @@ fn ctrl_c_stops_the_remote_commands_and_keeps_what_was_measured() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    sh("kill", &["-INT", &child.id().to_string()]);
+    // This run's ControlMaster, found by the known_hosts file only this test uses.
+    let master = master_of(&env.known_hosts).expect("the run's ControlMaster is running");
+    sh("kill", &[&format!("-{signal}"), &child.id().to_string()]);
     let out = child.wait_with_output().unwrap();
     let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "SIG{signal}: {stderr}");
+    assert!(stderr.contains("interrupted"), "SIG{signal}: {stderr}");
     let pid = std::fs::read_to_string(&first).unwrap().trim().to_string();
-    assert!(wait_until_gone(&pid), "the remote sleep {pid} survived Ctrl-C");
+    assert!(
+        wait_until_gone(&pid),
+        "SIG{signal}: the remote sleep {pid} survived"
+    );
+    assert!(
+        wait_until_gone(&master.0),
+        "SIG{signal}: the ControlMaster {} lingers",
+        master.0
+    );
+    assert!(
+        !master.1.exists(),
+        "SIG{signal}: the control directory {} is left",
+        master.1.display()
+    );
     assert!(
         !env.path().join("sleep.pid.2").exists(),
-        "the sweep went on after Ctrl-C"
+        "SIG{signal}: the sweep went on"
     );
     let run_dir = only_run_dir(&runs);
     let recs = records(&run_dir);
     assert!(
         recs.iter().any(|r| r["metrics"]["x"] == 1),
-        "the record measured before Ctrl-C is kept"
+        "SIG{signal}: the record measured before is kept"
     );
     let manifest = manifest(&run_dir);
-    assert_eq!(manifest["status"], "interrupted");
+    assert_eq!(manifest["status"], "interrupted", "SIG{signal}");
+    assert!(manifest["finished_at"].is_string(), "SIG{signal}");
     assert_eq!(manifest["hosts"]["a"]["steps"][0]["status"], "interrupted");
+}
+
+/// The pid and control directory of the ssh ControlMaster whose options name `known_hosts`.
+fn master_of(known_hosts: &Path) -> Option<(String, PathBuf)> {
+    let needle = format!("UserKnownHostsFile={}", known_hosts.display());
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.first().is_some_and(|a| a.ends_with("ssh"))
+            && args.iter().any(|a| *a == needle)
+            && args.iter().any(|a| a == "-M")
+        {
+            let socket = args.iter().skip_while(|a| *a != "-S").nth(1)?;
+            let dir = Path::new(socket).parent()?.to_path_buf();
+            return Some((entry.file_name().to_string_lossy().into_owned(), dir));
+        }
+    }
+    None
 }
 
 #[test]
