@@ -499,7 +499,7 @@ fn master_of(known_hosts: &Path) -> Option<(String, PathBuf)> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         if args.first().is_some_and(|a| a.ends_with("ssh"))
-            && args.iter().any(|a| *a == needle)
+            && args.contains(&needle)
             && args.iter().any(|a| a == "-M")
         {
             let socket = args.iter().skip_while(|a| *a != "-S").nth(1)?;
