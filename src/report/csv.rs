@@ -10,6 +10,11 @@ const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status
 pub fn render(report: &Report) -> String {
     let mut writer = ::csv::Writer::from_writer(Vec::new());
     let _ = writer.write_record(COLUMNS);
+    for (run, notice) in report.notices() {
+        let status = format!("{:?}", run.status).to_lowercase();
+        let table = format!("run {}", run.run_id);
+        let _ = writer.write_record([table.as_str(), "status", "", "", "", &status, notice]);
+    }
     for grid in report.grids() {
         for row in &grid.rows {
             let label = row.first().map(Cell::text).unwrap_or_default();

@@ -37,6 +37,7 @@ table { border-collapse: collapse; margin: 6px 0; font-variant-numeric: tabular-
 th, td { border: 1px solid var(--line); padding: 3px 9px; } th { background: #f6f8fa; }
 td.num { text-align: right; } td.skipped, td.missing { color: var(--muted); }
 td.failed, td.invalid, td.missed, td.regression { color: var(--bad); font-weight: 600; }
+p.unfinished { color: var(--bad); font-weight: 600; }
 td.improvement, td.met { color: var(--good); }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 16px; }
 svg.chart { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 8px; background: #fff; }
@@ -104,6 +105,7 @@ struct RunLine<'a> {
     path: &'a str,
     started: String,
     status: String,
+    notice: Option<&'a str>,
 }
 
 impl RunLine<'_> {
@@ -114,6 +116,7 @@ impl RunLine<'_> {
             path: &run.playbook_path,
             started: run.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
             status: format!("{:?}", run.status).to_lowercase(),
+            notice: run.notice.as_deref(),
         }
     }
 }

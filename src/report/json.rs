@@ -8,7 +8,8 @@ use super::scaling::Series;
 use super::{Cell, RefCheck, Verdict};
 
 pub fn render(report: &Report) -> String {
-    let grids: Vec<GridJson> = report.grids().map(GridJson::of).collect();
+    let notices: Vec<&str> = report.notices().map(|(_, n)| n).collect();
+    let grids: Vec<GridJson> = report.grids().map(|g| GridJson::of(g, &notices)).collect();
     let mut out = serde_json::to_string_pretty(&grids).unwrap_or_else(|_| "[]".into());
     out.push('\n');
     out
@@ -22,10 +23,13 @@ struct GridJson<'a> {
     rows: Vec<Vec<CellJson<'a>>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scaling: &'a Vec<Series>,
+    /// The runs that did not finish well, said with every table (see `Report::notices`).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    notices: &'a [&'a str],
 }
 
 impl GridJson<'_> {
-    fn of(grid: &Grid) -> GridJson<'_> {
+    fn of<'a>(grid: &'a Grid, notices: &'a [&'a str]) -> GridJson<'a> {
         GridJson {
             title: &grid.title,
             metric: &grid.metric,
@@ -36,6 +40,7 @@ impl GridJson<'_> {
                 .map(|row| row.iter().map(CellJson::of).collect())
                 .collect(),
             scaling: &grid.scaling,
+            notices,
         }
     }
 }

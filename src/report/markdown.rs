@@ -5,6 +5,9 @@ use super::model::Report;
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
+    for (_, notice) in report.notices() {
+        out.push_str(&format!("> **note:** {}\n\n", escape(notice)));
+    }
     for line in report.header.lines() {
         // Indented lines are facts of the host above: nested list items.
         match line.strip_prefix("  ") {

@@ -19,6 +19,14 @@ pub struct Report {
 }
 
 impl Report {
+    /// A sentence per run that did not finish well: interrupted, failed, still running, or left
+    /// running by a process that no longer exists. Every format says them first.
+    pub fn notices(&self) -> impl Iterator<Item = (&RunSummary, &str)> {
+        self.runs
+            .iter()
+            .filter_map(|r| r.notice.as_deref().map(|n| (r, n)))
+    }
+
     /// Every table of every section, in order: what the text formats print one after another.
     pub fn grids(&self) -> impl Iterator<Item = &Grid> {
         self.sections.iter().flat_map(|s| &s.grids)
@@ -32,6 +40,8 @@ pub struct RunSummary {
     pub playbook_path: String,
     pub started_at: DateTime<Utc>,
     pub status: Status,
+    /// Why the run is not one that finished well, when it is not.
+    pub notice: Option<String>,
 }
 
 impl RunSummary {
@@ -43,8 +53,43 @@ impl RunSummary {
             playbook_path: m.playbook.path.clone(),
             started_at: m.started_at,
             status: m.status,
+            notice: notice(&run.manifest),
         }
     }
+}
+
+/// What a reader must know before trusting a run's tables, if anything.
+fn notice(m: &crate::store::Manifest) -> Option<String> {
+    let writer = m
+        .process
+        .as_ref()
+        .map(|p| format!("rigrun process {} on {}", p.pid, p.host))
+        .unwrap_or_else(|| "its rigrun process".into());
+    let failed: Vec<String> = m
+        .hosts
+        .iter()
+        .filter(|(_, h)| h.status == Some(Status::Failed))
+        .map(|(name, h)| match (&h.failed_step, &h.error) {
+            (Some(step), Some(error)) => format!("{name} failed at {step}: {error}"),
+            _ => format!("{name} failed"),
+        })
+        .collect();
+    let id = &m.run_id;
+    Some(match m.status {
+        Status::Ok | Status::Skipped => return None,
+        Status::Running => {
+            format!("run {id} is still running ({writer}): the tables show what it measured so far")
+        }
+        Status::Interrupted if m.abandoned => format!(
+            "run {id} was left running by {writer}, which no longer exists: it is shown as \
+             interrupted, with everything it measured"
+        ),
+        Status::Interrupted => {
+            format!("run {id} was interrupted: it shows what it measured before; what came after did not run")
+        }
+        Status::Failed if failed.is_empty() => format!("run {id} failed"),
+        Status::Failed => format!("run {id} failed: {}", failed.join("; ")),
+    })
 }
 
 /// What a section is about.

@@ -9,6 +9,12 @@ use super::model::Report;
 /// The hosts' facts, then each table with its notes and scaling story under it.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
+    for (_, notice) in report.notices() {
+        out.push_str(&format!("note: {notice}\n"));
+    }
+    if report.notices().next().is_some() {
+        out.push('\n');
+    }
     let lines = report.header.lines();
     if !lines.is_empty() {
         out.push_str(&lines.join("\n"));

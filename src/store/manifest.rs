@@ -32,6 +32,46 @@ pub struct Manifest {
     /// (the manifest is rewritten at a bounded rate, the journal on every event).
     #[serde(default)]
     pub journaled: u64,
+    /// The rigrun process writing the run, so that a reader can tell a run still going from
+    /// one whose writer died (crashed, SIGKILLed, its machine rebooted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+    /// Set by the reader: left `running` by a process that no longer exists (so interrupted).
+    #[serde(skip)]
+    pub abandoned: bool,
+}
+
+/// A process on a machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    pub host: String,
+}
+
+impl Process {
+    /// This process, on this machine.
+    pub fn this() -> Process {
+        Process {
+            pid: std::process::id(),
+            host: this_host(),
+        }
+    }
+
+    /// False only when it was on this machine and is gone (no rigrun with its pid runs here).
+    pub fn may_be_alive(&self) -> bool {
+        if self.host != this_host() {
+            return true;
+        }
+        std::fs::read(format!("/proc/{}/cmdline", self.pid))
+            .is_ok_and(|cmdline| cmdline.windows(6).any(|w| w == b"rigrun"))
+    }
+}
+
+/// This machine's name, as the kernel knows it.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -205,5 +245,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         hosts,
         references: config.references.clone(),
         journaled: 0,
+        process: Some(Process::this()),
+        abandoned: false,
     }
 }

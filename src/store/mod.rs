@@ -13,5 +13,5 @@ mod manifest;
 mod run_dir;
 pub mod writer;
 
-pub use manifest::{manifest_for, HostEntry, Manifest};
+pub use manifest::{manifest_for, HostEntry, Manifest, Process};
 pub use run_dir::{read_manifest, read_records, slug, RunDir};

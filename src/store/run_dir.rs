@@ -162,6 +162,11 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
         serde_json::from_str(&text).with_context(|| format!("{}: not a rigrun manifest", path.display()))?;
     let mut manifest = manifest;
     replay_journal(dir, &mut manifest);
+    let writer_gone = manifest.process.as_ref().is_some_and(|p| !p.may_be_alive());
+    if manifest.status == crate::events::Status::Running && writer_gone {
+        manifest.status = crate::events::Status::Interrupted;
+        manifest.abandoned = true;
+    }
     if manifest.format > super::manifest::FORMAT {
         anyhow::bail!(
             "{} was written by a newer rigrun (run.json format {}; this rigrun {} reads formats up \

@@ -376,3 +376,58 @@ fn output_is_logged_as_printed_and_an_overlong_line_is_not_read() {
         printed.len()
     );
 }
+
+/// A run's status as run.json says it, with the process that wrote it.
+fn set_status(run: &Path, status: &str, pid: u32) {
+    let path = run.join("run.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["status"] = status.into();
+    manifest["process"]["pid"] = pid.into();
+    std::fs::write(&path, manifest.to_string()).unwrap();
+}
+
+#[test]
+fn a_run_that_did_not_finish_never_looks_finished() {
+    let dir = setup();
+    let run = run_once(dir.path(), 1.0);
+    let id = run.file_name().unwrap().to_string_lossy().into_owned();
+    let said = |format: &str| show(&run, format);
+
+    set_status(&run, "interrupted", std::process::id());
+    let interrupted = format!("run {id} was interrupted: it shows what it measured before");
+    for format in ["table", "markdown", "csv", "json"] {
+        assert!(said(format).contains(&interrupted), "{format}: {}", said(format));
+    }
+
+    // Left `running` by a process that is gone: shown as interrupted.
+    let gone = u32::MAX - 7;
+    set_status(&run, "running", gone);
+    let table = said("table");
+    assert!(
+        table.contains(&format!("run {id} was left running by rigrun process {gone} on")),
+        "{table}"
+    );
+    assert!(
+        table.contains("which no longer exists: it is shown as interrupted"),
+        "{table}"
+    );
+
+    // Still running: a rigrun process with that pid is alive here.
+    let mut alive = std::process::Command::new(env!("CARGO_BIN_EXE_rigrun"))
+        .args(["sim", "--profile", "tiny", "--port", "0"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    set_status(&run, "running", alive.id());
+    let table = said("table");
+    let _ = alive.kill();
+    let _ = alive.wait();
+    assert!(
+        table.contains(&format!(
+            "run {id} is still running (rigrun process {}",
+            alive.id()
+        )),
+        "{table}"
+    );
+}
