@@ -33,13 +33,14 @@ for n in $HOSTS; do
   } >"$WORK/hosts-$n.yaml"
   rm -rf "$WORK/runs-$n"
   start=$(date +%s.%N)
-  RIGRUN_LOG=rigrun::store=debug "$BIN" run "$WORK/steps.yaml" -i "$WORK/hosts-$n.yaml" \
+  NO_COLOR=1 RIGRUN_LOG=rigrun::store=debug "$BIN" run "$WORK/steps.yaml" -i "$WORK/hosts-$n.yaml" \
     --runs-dir "$WORK/runs-$n" -q >/dev/null 2>"$WORK/log-$n"
   end=$(date +%s.%N)
   run=$(ls -d "$WORK/runs-$n"/*)
   events=$(wc -l <"$run/events.jsonl")
+  sed -i 's/\x1b\[[0-9;]*m//g' "$WORK/log-$n"
   writes=$(grep -c 'run.json written' "$WORK/log-$n" || true)
-  manifest_bytes=$(grep -o 'bytes=[0-9]*' "$WORK/log-$n" | cut -d= -f2 | paste -sd+ | bc)
+  manifest_bytes=$(grep -o 'bytes=[0-9]*' "$WORK/log-$n" | cut -d= -f2 | awk '{s += $1} END {print s + 0}')
   journal_bytes=$(cat "$run/events.jsonl" "$run/records.jsonl" | wc -c)
   python3 - "$n" "$start" "$end" "$events" "$writes" "$manifest_bytes" "$journal_bytes" <<'PY'
 import sys

@@ -201,21 +201,6 @@ fn compare_gives_ratios_within_a_run_and_changes_across_runs() {
     assert!(text(&out).1.contains("--tolerance"), "{:?}", text(&out));
 }
 
-#[test]
-fn show_refuses_what_is_not_a_run_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = rigrun()
-        .args(["show", dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out).1.contains("is not a run directory"),
-        "{:?}",
-        text(&out)
-    );
-}
-
 /// The two demo runs kept as fixtures (written by the release before run.json had a format
 /// version; run.json, records.jsonl and events.jsonl only).
 fn fixture(name: &str) -> String {

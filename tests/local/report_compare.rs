@@ -67,18 +67,20 @@ fn the_scaling_story_is_told_under_each_sweep() {
 }
 
 #[test]
-fn report_refuses_bad_input_with_exit_code_2() {
+fn show_compare_and_report_refuse_bad_input_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
-    let out = crate::common::rigrun()
-        .args(["report", dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out).1.contains("is not a run directory"),
-        "{:?}",
-        text(&out)
-    );
+    for command in ["show", "compare", "report"] {
+        let out = crate::common::rigrun()
+            .args([command, dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            text(&out).1.contains("is not a run directory"),
+            "{command}: {:?}",
+            text(&out)
+        );
+    }
 
     let setup_dir = setup(PLAYBOOK);
     let (run_dir, _) = run(setup_dir.path(), &[]);
