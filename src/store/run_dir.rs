@@ -11,9 +11,12 @@ use chrono::{DateTime, Utc};
 use super::Manifest;
 use crate::events::{Event, Record};
 
-/// How often at most run.json is rewritten while a run goes on (and when it ends, or a host
-/// does): its cost stays flat however many hosts and steps there are.
+/// How often at most run.json is rewritten while a run goes on.
 pub const MANIFEST_INTERVAL: Duration = Duration::from_millis(500);
+/// run.json is rewritten only once the journal has grown by its size over this since the last
+/// write: the bytes written per event stay flat however large the manifest grows with hosts
+/// and steps (readers replay the journal run.json has not caught up with).
+const MANIFEST_AMORTIZED: usize = 4;
 
 pub struct RunDir {
     pub path: PathBuf,
@@ -23,6 +26,9 @@ pub struct RunDir {
     /// Events folded into the manifest since it was last written.
     dirty: bool,
     written_at: Instant,
+    /// The size of run.json as last written, and the journal bytes written since.
+    manifest_bytes: usize,
+    journal_since: usize,
 }
 
 /// A file-name-safe form of `text`: letters, digits, `.`, `_`, `=`, `-`; anything else becomes `_`.
@@ -66,6 +72,8 @@ impl RunDir {
             manifest,
             dirty: false,
             written_at: Instant::now(),
+            manifest_bytes: 0,
+            journal_since: 0,
         };
         let mut dir = dir;
         dir.write_manifest()?;
@@ -96,28 +104,30 @@ impl RunDir {
         if let Some(obj) = line.as_object_mut() {
             obj.shift_insert(0, "at".into(), serde_json::to_value(now)?);
         }
+        let line = line.to_string();
         writeln!(self.events, "{line}")?;
         self.events.flush()?;
+        self.journal_since += line.len() + 1;
         if let Event::Record(record) = event {
-            writeln!(self.records, "{}", serde_json::to_string(record)?)?;
+            let record = serde_json::to_string(record)?;
+            writeln!(self.records, "{record}")?;
             self.records.flush()?;
+            self.journal_since += record.len() + 1;
         }
         self.manifest.journaled += 1;
         self.dirty |= self.manifest.apply(event, now);
-        let ends = matches!(
-            event,
-            Event::HostFinished { .. } | Event::RunFinished { .. } | Event::Interrupted
-        );
-        if ends || self.written_at.elapsed() >= MANIFEST_INTERVAL {
+        let ends = matches!(event, Event::RunFinished { .. } | Event::Interrupted);
+        if ends || self.manifest_due_in() == Some(Duration::ZERO) {
             self.flush_manifest()?;
         }
         Ok(())
     }
 
-    /// How long until run.json is due to be brought up to date; None when it is.
+    /// How long until run.json is due to be brought up to date; None when it is, or when the
+    /// journal has not yet grown enough to pay for rewriting it.
     pub fn manifest_due_in(&self) -> Option<Duration> {
-        self.dirty
-            .then(|| MANIFEST_INTERVAL.saturating_sub(self.written_at.elapsed()))
+        let paid = self.journal_since * MANIFEST_AMORTIZED >= self.manifest_bytes;
+        (self.dirty && paid).then(|| MANIFEST_INTERVAL.saturating_sub(self.written_at.elapsed()))
     }
 
     /// Brings run.json up to date if anything changed since it was written.
@@ -136,6 +146,8 @@ impl RunDir {
         std::fs::write(&tmp, &bytes)?;
         std::fs::rename(&tmp, self.path.join("run.json"))?;
         self.written_at = Instant::now();
+        self.manifest_bytes = bytes.len();
+        self.journal_since = 0;
         tracing::debug!(bytes = bytes.len(), "run.json written");
         Ok(())
     }
