@@ -12,6 +12,9 @@ use tokio::sync::Semaphore;
 
 use super::wrapper::{self, Stream};
 
+/// Bytes read at a time when streaming a local file.
+const LOCAL_CHUNK: usize = 1 << 20;
+
 pub struct LocalTransport {
     permits: Arc<Semaphore>,
 }
@@ -48,6 +51,26 @@ impl LocalTransport {
         tokio::fs::read(path)
             .await
             .with_context(|| format!("cannot read {path}"))
+    }
+
+    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<u64> {
+        use tokio::io::AsyncReadExt as _;
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let mut buf = vec![0u8; LOCAL_CHUNK];
+        let mut total = 0;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .await
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if n == 0 {
+                return Ok(total);
+            }
+            on_chunk(&buf[..n])?;
+            total += n as u64;
+        }
     }
 
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {

@@ -20,6 +20,9 @@ pub use wrapper::Stream;
 
 use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 
+/// Receives each chunk of a streamed file, in order; an error stops the stream.
+pub type OnChunk<'a> = &'a mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send);
+
 /// sshd allows 10 sessions per connection (SFTP counts); we keep a margin.
 pub const MAX_CHANNELS_PER_HOST: usize = 8;
 
@@ -87,6 +90,15 @@ impl Transport {
         match self {
             Transport::Ssh(t) => t.read_file(path).await,
             Transport::Local(t) => t.read_file(path).await,
+        }
+    }
+
+    /// Streams a file from the host chunk by chunk into `on_chunk` (memory independent of its
+    /// size) and returns the bytes read. Links are followed, as `open` does.
+    pub async fn read_chunks(&self, path: &Path, on_chunk: OnChunk<'_>) -> Result<u64> {
+        match self {
+            Transport::Ssh(t) => t.read_chunks(path, on_chunk).await,
+            Transport::Local(t) => t.read_chunks(path, on_chunk).await,
         }
     }
 

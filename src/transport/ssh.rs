@@ -3,15 +3,20 @@
 //! We start the master with the `ssh` binary ourselves, so that every `ssh_options` entry becomes
 //! an `-o` flag and `~/.ssh/config` is still read, then attach to it with openssh's native mux.
 
+use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use bytes::BytesMut;
+use futures_util::StreamExt as _;
 use openssh::{ForwardType, Session, Socket};
 use openssh_sftp_client::{Sftp, SftpOptions};
+use tokio::io::AsyncSeek;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::wrapper::{self, Stream};
@@ -22,6 +27,11 @@ use crate::config::{HostSpec, KnownHostsPolicy};
 const CONTROL_PERSIST_SECS: u32 = 300;
 /// Longest we wait for a master to connect and authenticate.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// SFTP reads in flight per streamed file: enough to hide the round trip, 2 MiB of buffers.
+const READ_AHEAD: usize = 16;
+/// Bytes asked for per SFTP read (OpenSSH's sftp-server serves up to 255 KiB).
+const CHUNK: u32 = 128 * 1024;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -128,6 +138,33 @@ impl SshTransport {
         Ok(data.to_vec())
     }
 
+    /// Streams a file over SFTP with [`READ_AHEAD`] reads in flight (one at a time would wait a
+    /// round trip per chunk), handing the chunks on in order.
+    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<u64> {
+        let sftp = self.sftp().await?;
+        let file = sftp
+            .open(path)
+            .await
+            .with_context(|| format!("cannot open {} on {}", path.display(), self.host))?;
+        let len = CHUNK;
+        let mut chunks = futures_util::stream::iter(0u64..)
+            .map(|i| read_at(file.clone(), i * u64::from(len), len))
+            .buffered(READ_AHEAD);
+        let mut total = 0;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.with_context(|| format!("cannot read {} on {}", path.display(), self.host))?;
+            if chunk.is_empty() {
+                break;
+            }
+            on_chunk(&chunk)?;
+            total += chunk.len() as u64;
+            if chunk.len() < len as usize {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
         let sftp = self.sftp().await?;
         let target = sftp_path(path);
@@ -203,6 +240,21 @@ impl SshTransport {
             .status()
             .await;
     }
+}
+
+/// Reads up to `len` bytes at `offset`, reading again after a short reply so that only the end
+/// of the file yields less than `len` (empty: at or past the end).
+async fn read_at(mut file: openssh_sftp_client::file::File, offset: u64, len: u32) -> Result<BytesMut> {
+    let mut data = BytesMut::new();
+    while data.len() < len as usize {
+        Pin::new(&mut file).start_seek(SeekFrom::Start(offset + data.len() as u64))?;
+        let want = len - data.len() as u32;
+        match file.read(want, BytesMut::with_capacity(want as usize)).await? {
+            Some(part) if !part.is_empty() => data.extend_from_slice(&part),
+            _ => break,
+        }
+    }
+    Ok(data)
 }
 
 /// SFTP resolves relative paths against the login directory, which is what `~/` means.
