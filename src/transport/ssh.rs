@@ -141,6 +141,9 @@ impl SshTransport {
     /// Streams a file over SFTP with [`READ_AHEAD`] reads in flight (one at a time would wait a
     /// round trip per chunk), handing the chunks on in order.
     pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<u64> {
+        if path.to_str().is_none() {
+            return self.cat_chunks(path, on_chunk).await;
+        }
         let sftp = self.sftp().await?;
         let file = sftp
             .open(path)
@@ -161,6 +164,46 @@ impl SshTransport {
             if chunk.len() < len as usize {
                 break;
             }
+        }
+        Ok(total)
+    }
+
+    /// Streams a file whose name is not UTF-8 (which the SFTP client refuses) through `cat` on an
+    /// exec channel; the shell rebuilds the name from octal escapes, so any byte passes.
+    async fn cat_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<u64> {
+        use tokio::io::AsyncReadExt as _;
+        let _permit = self.permits.acquire().await?;
+        let session = self.session().await?;
+        let script = format!(
+            "f=$(printf '{}x'); exec cat -- \"${{f%x}}\"",
+            octal_escapes(path.as_os_str().as_encoded_bytes())
+        );
+        let mut child = session
+            .raw_command(format!("sh -c {}", crate::config::template::shell_quote(&script)))
+            .stdin(openssh::Stdio::null())
+            .stdout(openssh::Stdio::piped())
+            .stderr(openssh::Stdio::piped())
+            .spawn()
+            .await
+            .with_context(|| format!("cannot start cat on {}", self.host))?;
+        let mut stdout = child.stdout().take().context("no stdout channel")?;
+        let mut buf = vec![0u8; CHUNK as usize];
+        let mut total = 0;
+        loop {
+            let n = stdout.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            on_chunk(&buf[..n])?;
+            total += n as u64;
+        }
+        let mut err = String::new();
+        if let Some(mut stderr) = child.stderr().take() {
+            stderr.read_to_string(&mut err).await?;
+        }
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("cannot read {} on {}: {}", path.display(), self.host, err.trim());
         }
         Ok(total)
     }
@@ -255,6 +298,11 @@ async fn read_at(mut file: openssh_sftp_client::file::File, offset: u64, len: u3
         }
     }
     Ok(data)
+}
+
+/// Every byte as a `printf` octal escape (`\ooo`), so a name of any bytes survives the shell.
+fn octal_escapes(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:03o}")).collect()
 }
 
 /// SFTP resolves relative paths against the login directory, which is what `~/` means.
@@ -438,6 +486,11 @@ mod tests {
             explain_ssh_failure(t, "ssh: connect to host gpu port 22: Connection refused").contains("sshd")
         );
         assert!(explain_ssh_failure(t, "odd\n").ends_with("odd"));
+    }
+
+    #[test]
+    fn any_name_becomes_octal_escapes() {
+        assert_eq!(octal_escapes(b"a\n\xff"), "\\141\\012\\377");
     }
 
     #[test]
