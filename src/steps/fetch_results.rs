@@ -27,12 +27,17 @@ use crate::config::template::shell_quote;
 use crate::events::{Event, RecordStatus, Stream};
 use crate::plan::PlannedStep;
 use crate::store::RunDir;
-use crate::transport::Transport;
+use crate::transport::{Streamed, Transport};
 
 /// Files streamed at once: small files overlap their round trips, big ones share the link.
 const PARALLEL_FILES: usize = 8;
 /// Fetched files up to this size are read back to become records; larger ones are not results.
 const MAX_RECORD_FILE: u64 = 64 << 20;
+/// Files up to this size are hashed on the host while listing. Larger ones are not: that would
+/// read them twice there (sha256sum runs at a few hundred MB/s); the SSH channel authenticates
+/// every byte, their size and modification time are checked after streaming, and the sha256
+/// computed here as they stream is recorded.
+const HOST_HASH_LIMIT: u64 = 64 << 20;
 /// Failures named in the step's error; the rest are in its details.
 const FAILURES_SHOWN: usize = 5;
 
@@ -48,6 +53,9 @@ struct Entry {
     /// The entry's directory with every link resolved (`pwd -P`); empty when it cannot be entered.
     real_dir: Vec<u8>,
     size: Option<u64>,
+    /// Modification time, whole Unix seconds.
+    modified: Option<u64>,
+    /// Listed for files up to [`HOST_HASH_LIMIT`].
     sha256: Option<String>,
 }
 
@@ -157,7 +165,7 @@ fn verdict(entry: &Entry, listing: &Listing, follow: bool) -> Verdict {
         _ if !entry.readable => Verdict::Fail(
             "not readable by the login user (permission denied): fix its mode or log in as its owner".into(),
         ),
-        _ if listing.has_sha256 && entry.sha256.is_none() => Verdict::Fail(
+        _ if listing.has_sha256 && entry.sha256.is_none() && entry.size.is_none_or(|s| s <= HOST_HASH_LIMIT) => Verdict::Fail(
             "the host could not read it to checksum it (removed or changed while listing?)".into(),
         ),
         _ => Verdict::Fetch,
@@ -232,6 +240,8 @@ impl Report {
             "bytes": file.bytes,
             "sha256": file.sha256,
             "records": count,
+            // What the received bytes were checked against (see HOST_HASH_LIMIT).
+            "verified": if entry.sha256.is_some() { "sha256 from the host" } else { "size and modification time" },
         });
         if remote.as_bytes() != entry.path {
             item["escaped"] = json!(true);
@@ -290,7 +300,7 @@ async fn fetch_file(transport: &Transport, entry: &Entry, local: PathBuf) -> Res
     let mut out = SparseWriter::new(tmp.as_file());
     let mut hasher = Sha256::new();
     let remote = Path::new(OsStr::from_bytes(&entry.path));
-    let bytes = transport
+    let streamed = transport
         .read_chunks(remote, &mut |chunk| {
             hasher.update(chunk);
             out.write(chunk)
@@ -299,15 +309,27 @@ async fn fetch_file(transport: &Transport, entry: &Entry, local: PathBuf) -> Res
     out.finish()
         .with_context(|| format!("cannot write {}", local.display()))?;
     let sha256 = hex::encode(hasher.finalize());
-    check_against_listing(entry, bytes, &sha256)?;
+    check_against_listing(entry, &streamed, &sha256)?;
     tmp.persist(&local)
         .with_context(|| format!("cannot rename the download to {}", local.display()))?;
-    Ok(Fetched { local, bytes, sha256 })
+    Ok(Fetched {
+        local,
+        bytes: streamed.bytes,
+        sha256,
+    })
 }
 
-fn check_against_listing(entry: &Entry, bytes: u64, sha256: &str) -> Result<()> {
+/// The received file is the one listed: same size, unchanged while read (its length and
+/// modification time after reading), and the host's checksum where it made one.
+fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &str) -> Result<()> {
+    let bytes = streamed.bytes;
     if let Some(size) = entry.size.filter(|&s| s != bytes) {
         bail!("received {bytes} bytes, the host listed {size} (was it still being written?)");
+    }
+    let grew = streamed.len_after.is_some_and(|len| len != bytes);
+    let touched = matches!((entry.modified, streamed.modified_after), (Some(a), Some(b)) if a != b);
+    if grew || touched {
+        bail!("it changed while it was being fetched (still being written?)");
     }
     if entry.sha256.as_deref().is_some_and(|listed| listed != sha256) {
         bail!("its checksum differs from the one the host listed (was it changed while fetching?)");
@@ -376,7 +398,8 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
 
 /// One shell command listing the glob: the glob's directory resolved, whether `sha256sum` exists,
 /// then per match its type, readability, name, link target and resolved directory; then the
-/// sizes (`find -printf`) and checksums (`sha256sum`, one process for all) of the files to fetch.
+/// sizes and modification times (`find -printf`) and checksums (`sha256sum`, one process for all,
+/// files up to [`HOST_HASH_LIMIT`]) of the files to fetch.
 /// Fields are NUL-separated (names are any bytes) and the whole is sent as hex by `od`, so that
 /// it survives the line-oriented channel unchanged.
 fn listing_command(pattern: &str, follow: bool) -> String {
@@ -390,6 +413,7 @@ fn listing_command(pattern: &str, follow: bool) -> String {
         .replace("@BASE@", &shell_quote(&base.display().to_string()))
         .replace("@GLOB@", &quote_glob(pattern))
         .replace("@FOLLOW@", if follow { "1" } else { "0" })
+        .replace("@HASHC@", &(HOST_HASH_LIMIT + 1).to_string())
 }
 
 const LISTING_SCRIPT: &str = r#"B=$(cd -- @BASE@ 2>/dev/null && pwd -P); P=${B%/}/; [ -n "$B" ] || P=//none/
@@ -416,9 +440,10 @@ for f in @GLOB@; do
   esac
 done
 printf '\0'
-xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%p\\0"' sh < "$T" 2>/dev/null
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%T@\\0%p\\0"' sh < "$T" 2>/dev/null
 printf '\0'
-xargs -0 -r sha256sum -- < "$T" 2>/dev/null | tr '\n' '\0'
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$T" 2>/dev/null |
+  xargs -0 -r sha256sum -- 2>/dev/null | tr '\n' '\0'
 } | od -An -v -tx1"#;
 
 fn unhex(text: &str) -> Result<Vec<u8>> {
@@ -449,6 +474,7 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
             target: field(&mut fields)?.to_vec(),
             real_dir: field(&mut fields)?.to_vec(),
             size: None,
+            modified: None,
             sha256: None,
         });
     }
@@ -459,11 +485,15 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
             break;
         }
         let size: u64 = std::str::from_utf8(size)?.parse()?;
-        sizes.insert(field(&mut fields)?, size);
+        let modified = std::str::from_utf8(field(&mut fields)?)?;
+        let modified = modified.split('.').next().and_then(|s| s.parse().ok());
+        sizes.insert(field(&mut fields)?, (size, modified));
     }
     let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
     for entry in &mut entries {
-        entry.size = sizes.get(&entry.path[..]).copied();
+        (entry.size, entry.modified) = sizes
+            .get(&entry.path[..])
+            .map_or((None, None), |&(size, modified)| (Some(size), modified));
         entry.sha256 = sums.remove(&entry.path);
     }
     Ok(Listing {
@@ -735,6 +765,7 @@ mod tests {
             target: target.to_vec(),
             real_dir: b"/w/r".to_vec(),
             size: Some(1),
+            modified: None,
             sha256: Some("00".into()),
         }
     }
@@ -778,6 +809,8 @@ mod tests {
         std::fs::create_dir(r.join("d.json")).unwrap();
         std::os::unix::fs::symlink(r.join("a.json"), r.join("in.json")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", r.join("out.json")).unwrap();
+        let big = File::create(r.join("big.json")).unwrap();
+        big.set_len(HOST_HASH_LIMIT + 1).unwrap();
         let pattern = format!("{}/*.json", r.display());
         for follow in [false, true] {
             let out = std::process::Command::new("sh")

@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
 use super::wrapper::{self, Stream};
+use super::{unix_seconds, Streamed};
 
 /// Bytes read at a time when streaming a local file.
 const LOCAL_CHUNK: usize = 1 << 20;
@@ -53,7 +54,7 @@ impl LocalTransport {
             .with_context(|| format!("cannot read {path}"))
     }
 
-    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<u64> {
+    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<Streamed> {
         use tokio::io::AsyncReadExt as _;
         let mut file = tokio::fs::File::open(path)
             .await
@@ -66,7 +67,12 @@ impl LocalTransport {
                 .await
                 .with_context(|| format!("cannot read {}", path.display()))?;
             if n == 0 {
-                return Ok(total);
+                let meta = file.metadata().await.ok();
+                return Ok(Streamed {
+                    bytes: total,
+                    len_after: meta.as_ref().map(|m| m.len()),
+                    modified_after: meta.and_then(|m| m.modified().ok()).and_then(unix_seconds),
+                });
             }
             on_chunk(&buf[..n])?;
             total += n as u64;

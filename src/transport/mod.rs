@@ -23,6 +23,15 @@ use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 /// Receives each chunk of a streamed file, in order; an error stops the stream.
 pub type OnChunk<'a> = &'a mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send);
 
+/// What streaming a file saw: the bytes read, then the open file's length and modification time
+/// (Unix seconds) once read, so that a file changed meanwhile is told from a complete one.
+#[derive(Debug, Clone, Copy)]
+pub struct Streamed {
+    pub bytes: u64,
+    pub len_after: Option<u64>,
+    pub modified_after: Option<u64>,
+}
+
 /// sshd allows 10 sessions per connection (SFTP counts); we keep a margin.
 pub const MAX_CHANNELS_PER_HOST: usize = 8;
 
@@ -94,8 +103,8 @@ impl Transport {
     }
 
     /// Streams a file from the host chunk by chunk into `on_chunk` (memory independent of its
-    /// size) and returns the bytes read. Links are followed, as `open` does.
-    pub async fn read_chunks(&self, path: &Path, on_chunk: OnChunk<'_>) -> Result<u64> {
+    /// size). Links are followed, as `open` does.
+    pub async fn read_chunks(&self, path: &Path, on_chunk: OnChunk<'_>) -> Result<Streamed> {
         match self {
             Transport::Ssh(t) => t.read_chunks(path, on_chunk).await,
             Transport::Local(t) => t.read_chunks(path, on_chunk).await,
@@ -140,6 +149,13 @@ pub fn http_client(
             .connect_timeout(std::time::Duration::from_secs(5))
             .read_timeout(std::time::Duration::from_secs(30))
     })
+}
+
+/// A modification time as whole seconds since 1970 (what SFTP reports).
+pub(crate) fn unix_seconds(time: std::time::SystemTime) -> Option<u64> {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 /// A counted permit for one channel; see [`MAX_CHANNELS_PER_HOST`].

@@ -361,6 +361,7 @@ impl Sshd {
 
 /// Runs rigrun with `args` in `dir` and returns its output with its peak resident memory in KiB,
 /// as the kernel counted it (`wait4`'s `ru_maxrss`: the process and the children it reaped).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's Child cannot do
 pub fn run_rigrun_peak_rss(dir: &Path, args: &[&str]) -> (Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
