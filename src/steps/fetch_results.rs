@@ -30,7 +30,7 @@ use crate::store::RunDir;
 use crate::transport::{Streamed, Transport};
 
 /// Files streamed at once: small files overlap their round trips, big ones share the link.
-const PARALLEL_FILES: usize = 8;
+const PARALLEL_FILES: usize = 16;
 /// Fetched files up to this size are read back to become records; larger ones are not results.
 const MAX_RECORD_FILE: u64 = 64 << 20;
 /// Files up to this size are hashed on the host while listing. Larger ones are not: that would
@@ -301,7 +301,7 @@ async fn fetch_file(transport: &Transport, entry: &Entry, local: PathBuf) -> Res
     let mut hasher = Sha256::new();
     let remote = Path::new(OsStr::from_bytes(&entry.path));
     let streamed = transport
-        .read_chunks(remote, &mut |chunk| {
+        .read_chunks(remote, entry.size, &mut |chunk| {
             hasher.update(chunk);
             out.write(chunk)
         })
@@ -366,28 +366,16 @@ impl<'a> SparseWriter<'a> {
 
 /// Lists the glob's matches in one command: see [`listing_command`].
 async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
-    let command = listing_command(pattern, follow);
-    let (mut out, mut err) = (String::new(), String::new());
-    let code = ctx
-        .transport
-        .exec(&command, &mut |stream, line| {
-            let buf = if stream == Stream::Stdout {
-                &mut out
-            } else {
-                &mut err
-            };
-            buf.push_str(line);
-            buf.push('\n');
-        })
-        .await?;
-    if code != 0 {
+    let done = ctx.transport.captured(&listing_command(pattern, follow)).await?;
+    if done.code != 0 {
         bail!(
-            "cannot list {pattern} on {} (exit code {code}): {}; fetch-results needs sh, find, od and mktemp there",
+            "cannot list {pattern} on {} (exit code {}): {}; fetch-results needs sh, find, od and mktemp there",
             ctx.host,
-            err.trim()
+            done.code,
+            done.stderr.trim()
         );
     }
-    let raw = unhex(&out).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+    let raw = unhex(&done.stdout).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     let mut listing =
         parse_listing(&raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     listing

@@ -23,6 +23,13 @@ use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 /// Receives each chunk of a streamed file, in order; an error stops the stream.
 pub type OnChunk<'a> = &'a mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send);
 
+/// A finished command: its exit code and output, line by line.
+pub struct Captured {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
 /// What streaming a file saw: the bytes read, then the open file's length and modification time
 /// (Unix seconds) once read, so that a file changed meanwhile is told from a complete one.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +82,15 @@ impl Transport {
 
     /// Runs `command` and returns its stdout, failing with its stderr when it exits non-zero.
     pub async fn output(&self, command: &str) -> Result<String> {
+        let done = self.captured(command).await?;
+        if done.code != 0 {
+            anyhow::bail!("`{command}` exited with {}: {}", done.code, done.stderr.trim());
+        }
+        Ok(done.stdout)
+    }
+
+    /// Runs `command` and keeps its exit code and both outputs, whatever the code.
+    pub async fn captured(&self, command: &str) -> Result<Captured> {
         let mut out = String::new();
         let mut err = String::new();
         let code = self
@@ -88,10 +104,11 @@ impl Transport {
                 buf.push('\n');
             })
             .await?;
-        if code != 0 {
-            anyhow::bail!("`{command}` exited with {code}: {}", err.trim());
-        }
-        Ok(out)
+        Ok(Captured {
+            code,
+            stdout: out,
+            stderr: err,
+        })
     }
 
     /// Reads a whole file from the host.
@@ -103,10 +120,16 @@ impl Transport {
     }
 
     /// Streams a file from the host chunk by chunk into `on_chunk` (memory independent of its
-    /// size). Links are followed, as `open` does.
-    pub async fn read_chunks(&self, path: &Path, on_chunk: OnChunk<'_>) -> Result<Streamed> {
+    /// size). With `size` (as listed) nothing past it is asked for; a file that grew meanwhile
+    /// shows in [`Streamed::len_after`]. Links are followed, as `open` does.
+    pub async fn read_chunks(
+        &self,
+        path: &Path,
+        size: Option<u64>,
+        on_chunk: OnChunk<'_>,
+    ) -> Result<Streamed> {
         match self {
-            Transport::Ssh(t) => t.read_chunks(path, on_chunk).await,
+            Transport::Ssh(t) => t.read_chunks(path, size, on_chunk).await,
             Transport::Local(t) => t.read_chunks(path, on_chunk).await,
         }
     }

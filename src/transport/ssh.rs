@@ -31,7 +31,7 @@ const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
 /// SFTP reads in flight per streamed file: enough to hide the round trip, 2 MiB of buffers.
 const READ_AHEAD: usize = 16;
 /// Bytes asked for per SFTP read (OpenSSH's sftp-server serves up to 255 KiB).
-const CHUNK: u32 = 128 * 1024;
+const CHUNK: u32 = 252 * 1024;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -108,6 +108,15 @@ impl SshTransport {
         })
     }
 
+    /// The open SFTP session without checking the master again: fetching 10,000 files must not
+    /// cost a control-socket round trip each (a master lost meanwhile fails them with the reason).
+    async fn sftp_open(&self) -> Result<Arc<Sftp>> {
+        if let Some(sftp) = self.sftp.lock().await.as_ref() {
+            return Ok(sftp.clone());
+        }
+        self.sftp().await
+    }
+
     async fn sftp(&self) -> Result<Arc<Sftp>> {
         let session = self.session().await?;
         let mut guard = self.sftp.lock().await;
@@ -140,17 +149,23 @@ impl SshTransport {
 
     /// Streams a file over SFTP with [`READ_AHEAD`] reads in flight (one at a time would wait a
     /// round trip per chunk), handing the chunks on in order.
-    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<Streamed> {
+    pub async fn read_chunks(
+        &self,
+        path: &Path,
+        size: Option<u64>,
+        on_chunk: super::OnChunk<'_>,
+    ) -> Result<Streamed> {
         if path.to_str().is_none() {
             return self.cat_chunks(path, on_chunk).await;
         }
-        let sftp = self.sftp().await?;
+        let sftp = self.sftp_open().await?;
         let file = sftp
             .open(path)
             .await
             .with_context(|| format!("cannot open {} on {}", path.display(), self.host))?;
         let len = CHUNK;
-        let mut chunks = futures_util::stream::iter(0u64..)
+        let count = size.map_or(u64::MAX, |n| n.div_ceil(u64::from(len)));
+        let mut chunks = futures_util::stream::iter(0..count)
             .map(|i| read_at(file.clone(), i * u64::from(len), len))
             .buffered(READ_AHEAD);
         let mut total = 0;
@@ -305,8 +320,10 @@ async fn read_at(mut file: openssh_sftp_client::file::File, offset: u64, len: u3
         Pin::new(&mut file).start_seek(SeekFrom::Start(offset + data.len() as u64))?;
         let want = len - data.len() as u32;
         match file.read(want, BytesMut::with_capacity(want as usize)).await? {
-            Some(part) if !part.is_empty() => data.extend_from_slice(&part),
-            _ => break,
+            None => break,
+            Some(part) if part.is_empty() => break,
+            Some(part) if data.is_empty() => data = part,
+            Some(part) => data.extend_from_slice(&part),
         }
     }
     Ok(data)
