@@ -102,30 +102,17 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
             json!({ "src": pattern, "files": [] }),
         ));
     }
-    let base = static_prefix(&pattern);
     let dest_root = RunDir::host_dir(&ctx.run_dir, &ctx.host).join("fetched");
     let mut report = Report::default();
-    let mut wanted = Vec::new();
-    for entry in &listing.entries {
-        let verdict = match verdict(entry, &listing, plan.follow_symlinks) {
-            Verdict::Fetch => local_name(&entry.path, &base).map_or_else(Verdict::Fail, |rel| {
-                wanted.push((entry, rel));
-                Verdict::Fetch
-            }),
-            other => other,
-        };
-        report.note(ctx, step, entry, verdict);
-    }
-    let transport = ctx.transport.clone();
-    // Collected first: a lazily mapped iterator here makes the host's task not provably Send.
-    let fetches: Vec<_> = wanted
-        .iter()
-        .map(|(entry, rel)| fetch_file(&transport, entry, dest_root.join(rel)))
-        .collect();
-    let results: Vec<_> = futures_util::stream::iter(fetches)
-        .buffered(PARALLEL_FILES)
-        .collect()
-        .await;
+    let wanted = classify(
+        ctx,
+        step,
+        &listing,
+        &static_prefix(&pattern),
+        plan.follow_symlinks,
+        &mut report,
+    );
+    let results = fetch_all(&ctx.transport, &wanted, &dest_root).await;
     for ((entry, rel), result) in wanted.iter().zip(results) {
         match result {
             Ok(fetched) => report.fetched(ctx, step, plan.records, entry, rel, fetched),
@@ -133,6 +120,46 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
         }
     }
     Ok(report.outcome(ctx, &pattern))
+}
+
+/// The entries to fetch with their local names; the others go to the report with why.
+fn classify<'a>(
+    ctx: &HostCtx,
+    step: &PlannedStep,
+    listing: &'a Listing,
+    base: &Path,
+    follow: bool,
+    report: &mut Report,
+) -> Vec<(&'a Entry, PathBuf)> {
+    let mut wanted = Vec::new();
+    for entry in &listing.entries {
+        let verdict = match verdict(entry, listing, follow) {
+            Verdict::Fetch => local_name(&entry.path, base).map_or_else(Verdict::Fail, |rel| {
+                wanted.push((entry, rel));
+                Verdict::Fetch
+            }),
+            other => other,
+        };
+        report.note(ctx, step, entry, verdict);
+    }
+    wanted
+}
+
+/// Streams the files [`PARALLEL_FILES`] at a time; results in the order asked.
+async fn fetch_all(
+    transport: &Transport,
+    wanted: &[(&Entry, PathBuf)],
+    dest_root: &Path,
+) -> Vec<Result<Fetched>> {
+    // Collected first: a lazily mapped iterator here makes the host's task not provably Send.
+    let fetches: Vec<_> = wanted
+        .iter()
+        .map(|(entry, rel)| fetch_file(transport, entry, dest_root.join(rel)))
+        .collect();
+    futures_util::stream::iter(fetches)
+        .buffered(PARALLEL_FILES)
+        .collect()
+        .await
 }
 
 /// Relative globs are anchored with `./`, so that no listed name can start with `-`.
