@@ -1,33 +1,99 @@
 //! `fetch-results`: download the files matching a glob on the host into `hosts/<host>/fetched/`,
-//! and nowhere else. Sizes and checksums are verified; JSON result files become records (so a
-//! `vllm bench serve --save-result` file works unchanged).
+//! and nowhere else. One command lists every match (type, size, sha256) in one round trip; each
+//! file then streams to disk in chunks, hashed as it streams, under a temporary name renamed once
+//! its size and checksum match the listing. A file that cannot be fetched is listed with why and
+//! the others are still fetched; links are followed only when asked, and only inside the glob's
+//! directory. JSON result files become records (a `vllm bench serve --save-result` file works
+//! unchanged).
 
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use futures_util::StreamExt as _;
 use indexmap::IndexMap;
 use serde_json::{json, Value as Json};
+use sha2::{Digest, Sha256};
 
-use super::copy_script::sha256_hex;
 use super::run_sweep::parse_record;
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::fetch_results::FetchResultsPlan;
 use crate::config::template::shell_quote;
-use crate::events::RecordStatus;
+use crate::events::{Event, RecordStatus, Stream};
 use crate::plan::PlannedStep;
 use crate::store::RunDir;
+use crate::transport::{Streamed, Transport};
 
-/// One file the host listed: size, checksum (empty when the host has no sha256 tool), path.
-struct Listed {
-    size: u64,
-    sha256: String,
-    path: String,
+/// Files streamed at once: small files overlap their round trips, big ones share the link.
+const PARALLEL_FILES: usize = 16;
+/// Fetched files up to this size are read back to become records; larger ones are not results.
+const MAX_RECORD_FILE: u64 = 64 << 20;
+/// Files up to this size are hashed on the host while listing. Larger ones are not: that would
+/// read them twice there (sha256sum runs at a few hundred MB/s); the SSH channel authenticates
+/// every byte, their size and modification time are checked after streaming, and the sha256
+/// computed here as they stream is recorded.
+const HOST_HASH_LIMIT: u64 = 64 << 20;
+/// Failures named in the step's error; the rest are in its details.
+const FAILURES_SHOWN: usize = 5;
+
+/// What the host said about one match of the glob.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    path: Vec<u8>,
+    kind: Kind,
+    /// `test -r` on the host (links: their target).
+    readable: bool,
+    /// Where a symbolic link resolves to (`readlink -f`); empty for other kinds.
+    target: Vec<u8>,
+    /// The entry's directory with every link resolved (`pwd -P`); empty when it cannot be entered.
+    real_dir: Vec<u8>,
+    size: Option<u64>,
+    /// Modification time, whole Unix seconds.
+    modified: Option<u64>,
+    /// Listed for files up to [`HOST_HASH_LIMIT`].
+    sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    File,
+    /// A symbolic link to a regular file.
+    LinkToFile,
+    /// A symbolic link to anything else (a directory, nothing).
+    Link,
+    Dir,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// The host's answer to the listing command.
+#[derive(Debug)]
+struct Listing {
+    /// The glob's directory with every link resolved: nothing outside it is fetched.
+    base: Vec<u8>,
+    has_sha256: bool,
+    entries: Vec<Entry>,
+}
+
+/// What is done with one entry, and why not when it is not fetched.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Fetch,
+    /// Not fetched by design (directories, links); listed, the step stays ok.
+    Skip(String),
+    /// Should have been fetched and could not be; the step fails after fetching the rest.
+    Fail(String),
 }
 
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan) -> Result<StepOutcome> {
-    let pattern = ctx.resolve(&plan.src);
-    let listed = list(ctx, &pattern).await?;
-    if listed.is_empty() {
+    let pattern = anchored(&ctx.resolve(&plan.src));
+    let listing = list(ctx, &pattern, plan.follow_symlinks).await?;
+    if listing.entries.is_empty() {
         return Ok(StepOutcome::failed(
             format!(
                 "no file on {} matches {pattern} (did the command write its results there?)",
@@ -36,60 +102,489 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
             json!({ "src": pattern, "files": [] }),
         ));
     }
-    let base = static_prefix(&pattern);
     let dest_root = RunDir::host_dir(&ctx.run_dir, &ctx.host).join("fetched");
-    let mut files = Vec::new();
-    for item in &listed {
-        let rel = safe_relative(&item.path, &base)?;
-        let local = dest_root.join(&rel);
-        let data = ctx.transport.read_file(&item.path).await?;
-        verify(item, &data)?;
-        if let Some(parent) = local.parent() {
-            std::fs::create_dir_all(parent)?;
+    let mut report = Report::default();
+    let wanted = classify(
+        ctx,
+        step,
+        &listing,
+        &static_prefix(&pattern),
+        plan.follow_symlinks,
+        &mut report,
+    );
+    let results = fetch_all(&ctx.transport, &wanted, &dest_root).await;
+    for ((entry, rel), result) in wanted.iter().zip(results) {
+        match result {
+            Ok(fetched) => report.fetched(ctx, step, plan.records, entry, rel, fetched),
+            Err(e) => report.note(ctx, step, entry, Verdict::Fail(format!("{e:#}"))),
         }
-        std::fs::write(&local, &data).with_context(|| format!("cannot write {}", local.display()))?;
-        let count = if plan.records {
-            record_file(ctx, step, &rel, &data)
+    }
+    Ok(report.outcome(ctx, &pattern))
+}
+
+/// The entries to fetch with their local names; the others go to the report with why.
+fn classify<'a>(
+    ctx: &HostCtx,
+    step: &PlannedStep,
+    listing: &'a Listing,
+    base: &Path,
+    follow: bool,
+    report: &mut Report,
+) -> Vec<(&'a Entry, PathBuf)> {
+    let mut wanted = Vec::new();
+    for entry in &listing.entries {
+        let verdict = match verdict(entry, listing, follow) {
+            Verdict::Fetch => local_name(&entry.path, base).map_or_else(Verdict::Fail, |rel| {
+                wanted.push((entry, rel));
+                Verdict::Fetch
+            }),
+            other => other,
+        };
+        report.note(ctx, step, entry, verdict);
+    }
+    wanted
+}
+
+/// Streams the files [`PARALLEL_FILES`] at a time; results in the order asked.
+async fn fetch_all(
+    transport: &Transport,
+    wanted: &[(&Entry, PathBuf)],
+    dest_root: &Path,
+) -> Vec<Result<Fetched>> {
+    // Collected first: a lazily mapped iterator here makes the host's task not provably Send.
+    let fetches: Vec<_> = wanted
+        .iter()
+        .map(|(entry, rel)| fetch_file(transport, entry, dest_root.join(rel)))
+        .collect();
+    futures_util::stream::iter(fetches)
+        .buffered(PARALLEL_FILES)
+        .collect()
+        .await
+}
+
+/// Relative globs are anchored with `./`, so that no listed name can start with `-`.
+fn anchored(pattern: &str) -> String {
+    if pattern.starts_with('/') || pattern.starts_with("./") {
+        pattern.to_string()
+    } else {
+        format!("./{pattern}")
+    }
+}
+
+/// Decides what happens to one listed entry.
+fn verdict(entry: &Entry, listing: &Listing, follow: bool) -> Verdict {
+    let base = escape(&listing.base);
+    let target = escape(&entry.target);
+    let in_base = entry.real_dir == listing.base || inside(&entry.real_dir, &listing.base);
+    match entry.kind {
+        _ if !in_base => Verdict::Skip(format!(
+            "its directory resolves outside {base} (a link to a directory): never followed"
+        )),
+        Kind::Dir => Verdict::Skip("a directory: fetch-results fetches files (match the files inside it, e.g. dir/*.json)".into()),
+        Kind::Other => Verdict::Fail("not a regular file (a FIFO, socket or device): it cannot be fetched".into()),
+        Kind::Link | Kind::LinkToFile if !follow => Verdict::Skip(format!(
+            "a symbolic link to {target}: not followed (follow_symlinks: true fetches links that stay inside {base})"
+        )),
+        Kind::Link | Kind::LinkToFile if !inside(&entry.target, &listing.base) => Verdict::Skip(format!(
+            "a symbolic link to {target}, outside {base}: never followed"
+        )),
+        Kind::Link => Verdict::Skip(format!("a symbolic link to {target}, which is not a regular file")),
+        _ if !entry.readable => Verdict::Fail(
+            "not readable by the login user (permission denied): fix its mode or log in as its owner".into(),
+        ),
+        _ if listing.has_sha256 && entry.sha256.is_none() && entry.size.is_none_or(|s| s <= HOST_HASH_LIMIT) => Verdict::Fail(
+            "the host could not read it to checksum it (removed or changed while listing?)".into(),
+        ),
+        _ => Verdict::Fetch,
+    }
+}
+
+/// Whether `path` lies under the directory `dir` (both resolved, as bytes).
+fn inside(path: &[u8], dir: &[u8]) -> bool {
+    let mut prefix = dir.to_vec();
+    if !prefix.ends_with(b"/") {
+        prefix.push(b'/');
+    }
+    !dir.is_empty() && path.len() > prefix.len() && path.starts_with(&prefix)
+}
+
+/// What the step reports: files fetched, skipped and failed, in listing order.
+#[derive(Default)]
+struct Report {
+    files: Vec<Json>,
+    skipped: Vec<Json>,
+    failed: Vec<Json>,
+    /// Failures as `name (reason)`, for the step's error.
+    failures: Vec<String>,
+}
+
+/// One file streamed to disk.
+struct Fetched {
+    local: PathBuf,
+    bytes: u64,
+    sha256: String,
+}
+
+impl Report {
+    /// Records a file that is not fetched (skipped or failed) and says so on the live display.
+    fn note(&mut self, ctx: &HostCtx, step: &PlannedStep, entry: &Entry, verdict: Verdict) {
+        let remote = escape(&entry.path);
+        let (list, word, reason) = match verdict {
+            Verdict::Fetch => return,
+            Verdict::Skip(reason) => (&mut self.skipped, "skipped", reason),
+            Verdict::Fail(reason) => {
+                self.failures.push(format!("{remote} ({reason})"));
+                (&mut self.failed, "not fetched", reason)
+            }
+        };
+        list.push(json!({ "remote": remote, "reason": reason }));
+        ctx.emit(Event::Output {
+            host: ctx.host.clone(),
+            label: step.name.clone(),
+            stream: Stream::Stderr,
+            line: format!("{word}: {remote}: {reason}"),
+        });
+    }
+
+    fn fetched(
+        &mut self,
+        ctx: &HostCtx,
+        step: &PlannedStep,
+        records: bool,
+        entry: &Entry,
+        rel: &Path,
+        file: Fetched,
+    ) {
+        let count = if records && file.bytes <= MAX_RECORD_FILE {
+            std::fs::read(&file.local).map_or(0, |data| record_file(ctx, step, rel, &data))
         } else {
             0
         };
-        files.push(json!({
-            "remote": item.path,
-            "local": local.strip_prefix(&ctx.run_dir).unwrap_or(&local).display().to_string(),
-            "bytes": data.len(),
-            "sha256": sha256_hex(&data),
+        let remote = escape(&entry.path);
+        let mut item = json!({
+            "remote": remote,
+            "local": file.local.strip_prefix(&ctx.run_dir).unwrap_or(&file.local).display().to_string(),
+            "bytes": file.bytes,
+            "sha256": file.sha256,
             "records": count,
-        }));
+            // What the received bytes were checked against (see HOST_HASH_LIMIT).
+            "verified": if entry.sha256.is_some() { "sha256 from the host" } else { "size and modification time" },
+        });
+        if remote.as_bytes() != entry.path {
+            item["escaped"] = json!(true);
+        }
+        self.files.push(item);
     }
-    Ok(StepOutcome::ok(json!({ "src": pattern, "files": files })))
+
+    /// Ok when every file that should have been fetched was; failed (after fetching the rest)
+    /// otherwise, naming the files and why.
+    fn outcome(self, ctx: &HostCtx, pattern: &str) -> StepOutcome {
+        let details = json!({
+            "src": pattern, "files": self.files, "skipped": self.skipped, "failed": self.failed,
+        });
+        let (fetched, skipped) = (self.files.len(), self.skipped.len());
+        if self.failures.is_empty() && fetched > 0 {
+            return StepOutcome::ok(details);
+        }
+        let mut error = if self.failures.is_empty() {
+            format!(
+                "nothing fetched from {}: the {skipped} matches of {pattern} were all skipped",
+                ctx.host
+            )
+        } else {
+            format!(
+                "{} of the files matching {pattern} on {} could not be fetched: {}",
+                self.failures.len(),
+                ctx.host,
+                self.failures[..self.failures.len().min(FAILURES_SHOWN)].join("; ")
+            )
+        };
+        if self.failures.len() > FAILURES_SHOWN {
+            let _ = write!(
+                error,
+                "; {} more in run.json",
+                self.failures.len() - FAILURES_SHOWN
+            );
+        }
+        let _ = write!(
+            error,
+            " — {fetched} fetched into hosts/{}/fetched/, {skipped} skipped",
+            ctx.host
+        );
+        StepOutcome::failed(error, details)
+    }
 }
 
-async fn list(ctx: &HostCtx, pattern: &str) -> Result<Vec<Listed>> {
-    let command = format!(
-        "for f in {}; do [ -f \"$f\" ] || continue; \
-         s=$(wc -c < \"$f\"); h=$( (sha256sum < \"$f\" || shasum -a 256 < \"$f\") 2>/dev/null | cut -c1-64); \
-         printf '%s\\t%s\\t%s\\n' $s \"$h\" \"$f\"; done",
-        quote_glob(pattern)
-    );
-    let out = ctx.transport.output(&command).await?;
-    let mut lines: Vec<&str> = out.lines().collect();
-    lines.sort_by_cached_key(|l| natural_key(l.rsplit('\t').next().unwrap_or(l)));
-    lines
-        .into_iter()
-        .filter(|l| !l.is_empty())
-        .map(|line| {
-            let mut parts = line.splitn(3, '\t');
-            let (size, sha256, path) = (parts.next(), parts.next(), parts.next());
-            match (size.and_then(|s| s.trim().parse().ok()), sha256, path) {
-                (Some(size), Some(sha), Some(path)) => Ok(Listed {
-                    size,
-                    sha256: sha.to_string(),
-                    path: path.to_string(),
-                }),
-                _ => bail!("cannot read the file list from {}: `{line}`", ctx.host),
-            }
+/// Streams one file to `local` through a temporary name beside it, renamed only once its size
+/// and checksum match the listing.
+async fn fetch_file(transport: &Transport, entry: &Entry, local: PathBuf) -> Result<Fetched> {
+    let dir = local.parent().context("no folder to fetch into")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".rigrun-fetch-")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    let mut out = SparseWriter::new(tmp.as_file());
+    let mut hasher = Sha256::new();
+    let remote = Path::new(OsStr::from_bytes(&entry.path));
+    let streamed = transport
+        .read_chunks(remote, entry.size, &mut |chunk| {
+            hasher.update(chunk);
+            out.write(chunk)
         })
-        .collect()
+        .await?;
+    out.finish()
+        .with_context(|| format!("cannot write {}", local.display()))?;
+    let sha256 = hex::encode(hasher.finalize());
+    check_against_listing(entry, &streamed, &sha256)?;
+    tmp.persist(&local)
+        .with_context(|| format!("cannot rename the download to {}", local.display()))?;
+    Ok(Fetched {
+        local,
+        bytes: streamed.bytes,
+        sha256,
+    })
+}
+
+/// The received file is the one listed: same size, unchanged while read (its length and
+/// modification time after reading), and the host's checksum where it made one.
+fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &str) -> Result<()> {
+    let bytes = streamed.bytes;
+    if let Some(size) = entry.size.filter(|&s| s != bytes) {
+        bail!("received {bytes} bytes, the host listed {size} (was it still being written?)");
+    }
+    let grew = streamed.len_after.is_some_and(|len| len != bytes);
+    let touched = matches!((entry.modified, streamed.modified_after), (Some(a), Some(b)) if a != b);
+    if grew || touched {
+        bail!("it changed while it was being fetched (still being written?)");
+    }
+    if entry.sha256.as_deref().is_some_and(|listed| listed != sha256) {
+        bail!("its checksum differs from the one the host listed (was it changed while fetching?)");
+    }
+    Ok(())
+}
+
+/// Writes a stream to a file, seeking over all-zero chunks so that sparse files stay sparse.
+struct SparseWriter<'a> {
+    file: &'a File,
+    len: u64,
+}
+
+impl<'a> SparseWriter<'a> {
+    fn new(file: &'a File) -> SparseWriter<'a> {
+        SparseWriter { file, len: 0 }
+    }
+
+    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        if chunk.iter().all(|&b| b == 0) {
+            self.file.seek(SeekFrom::Current(chunk.len() as i64))?;
+        } else {
+            self.file.write_all(chunk)?;
+        }
+        self.len += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Sets the length, which a trailing hole would otherwise leave short.
+    fn finish(self) -> std::io::Result<()> {
+        self.file.set_len(self.len)
+    }
+}
+
+/// Lists the glob's matches in one command: see [`listing_command`].
+async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
+    let done = ctx.transport.captured(&listing_command(pattern, follow)).await?;
+    if done.code != 0 {
+        bail!(
+            "cannot list {pattern} on {} (exit code {}): {}; fetch-results needs sh, find, od and mktemp there",
+            ctx.host,
+            done.code,
+            done.stderr.trim()
+        );
+    }
+    let raw = unhex(&done.stdout).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+    let mut listing =
+        parse_listing(&raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+    listing
+        .entries
+        .sort_by_cached_key(|e| natural_key(&escape(&e.path)));
+    Ok(listing)
+}
+
+/// One shell command listing the glob: the glob's directory resolved, whether `sha256sum` exists,
+/// then per match its type, readability, name, link target and resolved directory; then the
+/// sizes and modification times (`find -printf`) and checksums (`sha256sum`, one process for all,
+/// files up to [`HOST_HASH_LIMIT`]) of the files to fetch.
+/// Fields are NUL-separated (names are any bytes) and the whole is sent as hex by `od`, so that
+/// it survives the line-oriented channel unchanged.
+fn listing_command(pattern: &str, follow: bool) -> String {
+    let base = static_prefix(pattern);
+    let base = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        &base
+    };
+    LISTING_SCRIPT
+        .replace("@BASE@", &shell_quote(&base.display().to_string()))
+        .replace("@GLOB@", &quote_glob(pattern))
+        .replace("@FOLLOW@", if follow { "1" } else { "0" })
+        .replace("@HASHC@", &(HOST_HASH_LIMIT + 1).to_string())
+}
+
+const LISTING_SCRIPT: &str = r#"B=$(cd -- @BASE@ 2>/dev/null && pwd -P); P=${B%/}/; [ -n "$B" ] || P=//none/
+T=$(mktemp) || exit 1
+trap 'rm -f "$T"' EXIT
+{
+printf '%s\0' "$B"
+if command -v sha256sum >/dev/null 2>&1; then printf '1\0'; else printf '0\0'; fi
+pd=; rd=
+for f in @GLOB@; do
+  r=
+  if [ -L "$f" ]; then t=l; [ -f "$f" ] && t=L; r=$(readlink -f -- "$f" && printf x); r=${r%??}
+  elif [ -f "$f" ]; then t=f
+  elif [ -d "$f" ]; then t=d
+  elif [ -e "$f" ]; then t=o
+  else continue; fi
+  if [ -r "$f" ]; then a=r; else a=-; fi
+  case "$f" in */*) d=${f%/*}/ ;; *) d=./ ;; esac
+  if [ "$d" != "$pd" ]; then pd=$d; rd=$(cd -- "$d" 2>/dev/null && pwd -P); fi
+  printf '%s\0%s\0%s\0%s\0%s\0' "$t" "$a" "$f" "$r" "$rd"
+  case "$t$r" in
+    f) printf '%s\0' "$f" >> "$T" ;;
+    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >> "$T" ;;
+  esac
+done
+printf '\0'
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%T@\\0%p\\0"' sh < "$T" 2>/dev/null
+printf '\0'
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$T" 2>/dev/null |
+  xargs -0 -r sha256sum -- 2>/dev/null | tr '\n' '\0'
+} | od -An -v -tx1"#;
+
+fn unhex(text: &str) -> Result<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    Ok(hex::decode(digits)?)
+}
+
+/// The next NUL-separated field of the listing.
+fn field<'a>(fields: &mut impl Iterator<Item = &'a [u8]>) -> Result<&'a [u8]> {
+    fields.next().context("the list ended early")
+}
+
+/// Reads the fields [`listing_command`] prints back into a [`Listing`].
+fn parse_listing(raw: &[u8]) -> Result<Listing> {
+    let mut fields = raw.split(|&b| b == 0);
+    let base = field(&mut fields)?.to_vec();
+    let has_sha256 = field(&mut fields)? == b"1";
+    let mut entries = Vec::new();
+    loop {
+        let tag = field(&mut fields)?;
+        if tag.is_empty() {
+            break;
+        }
+        entries.push(Entry {
+            kind: kind(tag)?,
+            readable: field(&mut fields)? == b"r",
+            path: field(&mut fields)?.to_vec(),
+            target: field(&mut fields)?.to_vec(),
+            real_dir: field(&mut fields)?.to_vec(),
+            size: None,
+            modified: None,
+            sha256: None,
+        });
+    }
+    let mut sizes = HashMap::new();
+    loop {
+        let size = field(&mut fields)?;
+        if size.is_empty() {
+            break;
+        }
+        let size: u64 = std::str::from_utf8(size)?.parse()?;
+        let modified = std::str::from_utf8(field(&mut fields)?)?;
+        let modified = modified.split('.').next().and_then(|s| s.parse().ok());
+        sizes.insert(field(&mut fields)?, (size, modified));
+    }
+    let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
+    for entry in &mut entries {
+        (entry.size, entry.modified) = sizes
+            .get(&entry.path[..])
+            .map_or((None, None), |&(size, modified)| (Some(size), modified));
+        entry.sha256 = sums.remove(&entry.path);
+    }
+    Ok(Listing {
+        base,
+        has_sha256,
+        entries,
+    })
+}
+
+fn kind(tag: &[u8]) -> Result<Kind> {
+    Ok(match tag {
+        b"f" => Kind::File,
+        b"L" => Kind::LinkToFile,
+        b"l" => Kind::Link,
+        b"d" => Kind::Dir,
+        b"o" => Kind::Other,
+        _ => bail!("unknown file type `{}`", escape(tag)),
+    })
+}
+
+/// One `sha256sum` line: `HASH  NAME`, or `\HASH  NAME` with `\\`, `\n` and `\r` escaped in NAME.
+fn parse_sum_line(line: &[u8]) -> Option<(Vec<u8>, String)> {
+    let (escaped, line) = match line.strip_prefix(b"\\") {
+        Some(rest) => (true, rest),
+        None => (false, line),
+    };
+    let hash = std::str::from_utf8(line.get(..64)?).ok()?;
+    let name = line.get(66..)?;
+    let name = if escaped {
+        unescape_sum(name)
+    } else {
+        name.to_vec()
+    };
+    Some((name, hash.to_ascii_lowercase()))
+}
+
+fn unescape_sum(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    let mut bytes = name.iter();
+    while let Some(&b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(b'n') => out.push(b'\n'),
+            Some(b'r') => out.push(b'\r'),
+            Some(&other) => out.push(other),
+            None => out.push(b'\\'),
+        }
+    }
+    out
+}
+
+/// Shows any byte string safely and reversibly: printable UTF-8 is kept; `%`, control characters
+/// (newline included) and bytes that are not UTF-8 become `%XX`. Distinct names stay distinct.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '%' || c.is_control() {
+                let mut buf = [0; 4];
+                c.encode_utf8(&mut buf)
+                    .bytes()
+                    .for_each(|b| push_hex(&mut out, b));
+            } else {
+                out.push(c);
+            }
+        }
+        chunk.invalid().iter().for_each(|&b| push_hex(&mut out, b));
+    }
+    out
+}
+
+fn push_hex(out: &mut String, byte: u8) {
+    let _ = write!(out, "%{byte:02X}");
 }
 
 /// Orders `c4.json` before `c16.json`: digit runs compare as numbers.
@@ -108,24 +603,6 @@ fn natural_key(text: &str) -> Vec<(u64, String)> {
         }
     }
     key
-}
-
-fn verify(item: &Listed, data: &[u8]) -> Result<()> {
-    if data.len() as u64 != item.size {
-        bail!(
-            "{}: received {} bytes, the host listed {} (was it still being written?)",
-            item.path,
-            data.len(),
-            item.size
-        );
-    }
-    if !item.sha256.is_empty() && sha256_hex(data) != item.sha256 {
-        bail!(
-            "{}: the checksum of the received file differs from the host's",
-            item.path
-        );
-    }
-    Ok(())
 }
 
 /// Turns a fetched file into records: one JSON object, or JSON lines of objects.
@@ -212,20 +689,21 @@ fn static_prefix(pattern: &str) -> PathBuf {
     base
 }
 
-/// The name a fetched file gets under `fetched/`; refuses anything that would land outside.
-fn safe_relative(remote: &str, base: &Path) -> Result<PathBuf> {
-    let path = Path::new(remote);
+/// The name a fetched file gets under `fetched/`: its path below the glob's folder, each part
+/// escaped (see [`escape`]); refuses anything that would land outside.
+fn local_name(remote: &[u8], base: &Path) -> Result<PathBuf, String> {
+    let path = Path::new(OsStr::from_bytes(remote));
     let rel = path.strip_prefix(base).unwrap_or(path);
     let mut clean = PathBuf::new();
     for part in rel.components() {
         match part {
-            Component::Normal(p) => clean.push(p),
+            Component::Normal(p) => clean.push(escape(p.as_bytes())),
             Component::CurDir => {}
-            _ => bail!("refusing to fetch `{remote}`: its name would place it outside the run directory"),
+            _ => return Err("its name would place it outside the run directory: refused".into()),
         }
     }
     if clean.as_os_str().is_empty() {
-        bail!("refusing to fetch `{remote}`: it has no file name");
+        return Err("it has no file name".into());
     }
     Ok(clean)
 }
@@ -257,16 +735,132 @@ mod tests {
     fn fetched_names_stay_inside() {
         let base = static_prefix("/w/results/*.json");
         assert_eq!(base, PathBuf::from("/w/results"));
+        let name = |remote: &str| local_name(remote.as_bytes(), &base);
+        assert_eq!(name("/w/results/a.json").unwrap(), PathBuf::from("a.json"));
         assert_eq!(
-            safe_relative("/w/results/a.json", &base).unwrap(),
-            PathBuf::from("a.json")
-        );
-        assert_eq!(
-            safe_relative("/w/results/sub/a.json", &base).unwrap(),
+            name("/w/results/sub/a.json").unwrap(),
             PathBuf::from("sub/a.json")
         );
-        assert!(safe_relative("/w/results/../../etc/passwd", &base).is_err());
-        assert!(safe_relative("/etc/passwd", &base).is_err());
-        assert!(safe_relative("/w/results/x/../../../y", &base).is_err());
+        assert!(name("/w/results/../../etc/passwd").is_err());
+        assert!(name("/etc/passwd").is_err());
+        assert!(name("/w/results/x/../../../y").is_err());
+        let odd = local_name(b"/w/results/a\nb\xff 100%.json", &base).unwrap();
+        assert_eq!(odd, PathBuf::from("a%0Ab%FF 100%25.json"));
+    }
+
+    #[test]
+    fn escaping_keeps_printable_text_and_is_reversible() {
+        assert_eq!(escape("c16 ümlaut.json".as_bytes()), "c16 ümlaut.json");
+        assert_eq!(escape(b"a\nb\tc\x7f"), "a%0Ab%09c%7F");
+        assert_eq!(escape(b"\xff\xfe%"), "%FF%FE%25");
+        assert_ne!(escape(b"%41"), escape(b"A"));
+    }
+
+    #[test]
+    fn checksum_lines_are_read_escaped_or_not() {
+        let hash = "ab".repeat(32);
+        let plain = format!("{hash}  /r/a b.json");
+        assert_eq!(
+            parse_sum_line(plain.as_bytes()),
+            Some((b"/r/a b.json".to_vec(), hash.clone()))
+        );
+        let escaped = format!("\\{hash}  /r/a\\nb\\\\c");
+        assert_eq!(
+            parse_sum_line(escaped.as_bytes()),
+            Some((b"/r/a\nb\\c".to_vec(), hash))
+        );
+        assert_eq!(parse_sum_line(b"garbage"), None);
+    }
+
+    fn entry(kind: Kind, target: &[u8]) -> Entry {
+        Entry {
+            path: b"/w/r/x".to_vec(),
+            kind,
+            readable: true,
+            target: target.to_vec(),
+            real_dir: b"/w/r".to_vec(),
+            size: Some(1),
+            modified: None,
+            sha256: Some("00".into()),
+        }
+    }
+
+    #[test]
+    fn links_are_followed_only_when_asked_and_only_inside() {
+        let listing = Listing {
+            base: b"/w/r".to_vec(),
+            has_sha256: true,
+            entries: Vec::new(),
+        };
+        let is_skip = |v: Verdict| matches!(v, Verdict::Skip(_));
+        let inner = entry(Kind::LinkToFile, b"/w/r/y");
+        let outer = entry(Kind::LinkToFile, b"/etc/passwd");
+        let sneaky = entry(Kind::LinkToFile, b"/w/rx/y");
+        assert!(is_skip(verdict(&inner, &listing, false)));
+        assert_eq!(verdict(&inner, &listing, true), Verdict::Fetch);
+        assert!(is_skip(verdict(&outer, &listing, true)));
+        assert!(is_skip(verdict(&sneaky, &listing, true)));
+        let mut through_dir_link = entry(Kind::File, b"");
+        through_dir_link.real_dir = b"/etc".to_vec();
+        assert!(is_skip(verdict(&through_dir_link, &listing, true)));
+        let mut unreadable = entry(Kind::File, b"");
+        unreadable.readable = false;
+        assert!(matches!(verdict(&unreadable, &listing, false), Verdict::Fail(_)));
+        assert!(matches!(
+            verdict(&entry(Kind::Other, b""), &listing, false),
+            Verdict::Fail(_)
+        ));
+    }
+
+    /// The listing script itself, run by `sh` on real files with awkward names.
+    #[test]
+    fn the_listing_reports_every_match_in_one_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let r = root.join("r");
+        std::fs::create_dir(&r).unwrap();
+        std::fs::write(r.join("a.json"), "{}").unwrap();
+        std::fs::write(r.join(OsStr::from_bytes(b"n\nl\xff.json")), "x").unwrap();
+        std::fs::create_dir(r.join("d.json")).unwrap();
+        std::os::unix::fs::symlink(r.join("a.json"), r.join("in.json")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", r.join("out.json")).unwrap();
+        let big = File::create(r.join("big.json")).unwrap();
+        big.set_len(HOST_HASH_LIMIT + 1).unwrap();
+        let pattern = format!("{}/*.json", r.display());
+        for follow in [false, true] {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &listing_command(&pattern, follow)])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let listing = parse_listing(&unhex(&String::from_utf8(out.stdout).unwrap()).unwrap()).unwrap();
+            assert_eq!(listing.base, r.as_os_str().as_bytes());
+            let by_name = |name: &[u8]| {
+                let mut path = r.as_os_str().as_bytes().to_vec();
+                path.push(b'/');
+                path.extend_from_slice(name);
+                listing.entries.iter().find(|e| e.path == path).unwrap().clone()
+            };
+            let a = by_name(b"a.json");
+            assert_eq!((a.kind, a.size), (Kind::File, Some(2)));
+            assert_eq!(
+                a.sha256.as_deref(),
+                Some(hex::encode(Sha256::digest(b"{}")).as_str())
+            );
+            let odd = by_name(b"n\nl\xff.json");
+            assert_eq!((odd.kind, odd.size), (Kind::File, Some(1)));
+            assert!(odd.sha256.is_some(), "a newline in a name loses its checksum");
+            assert_eq!(by_name(b"d.json").kind, Kind::Dir);
+            let inner = by_name(b"in.json");
+            assert_eq!(inner.kind, Kind::LinkToFile);
+            assert_eq!(
+                inner.sha256.is_some(),
+                follow,
+                "inner links are hashed only when followed"
+            );
+            let outer = by_name(b"out.json");
+            assert_eq!(outer.target, b"/etc/passwd");
+            assert_eq!(outer.sha256, None, "a link outside is never read");
+        }
     }
 }

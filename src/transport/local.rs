@@ -11,6 +11,10 @@ use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
 use super::wrapper::{self, Output, Stream};
+use super::{unix_seconds, Streamed};
+
+/// Bytes read at a time when streaming a local file.
+const LOCAL_CHUNK: usize = 1 << 20;
 
 pub struct LocalTransport {
     permits: Arc<Semaphore>,
@@ -52,6 +56,31 @@ impl LocalTransport {
         tokio::fs::read(path)
             .await
             .with_context(|| format!("cannot read {path}"))
+    }
+
+    pub async fn read_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<Streamed> {
+        use tokio::io::AsyncReadExt as _;
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let mut buf = vec![0u8; LOCAL_CHUNK];
+        let mut total = 0;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .await
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if n == 0 {
+                let meta = file.metadata().await.ok();
+                return Ok(Streamed {
+                    bytes: total,
+                    len_after: meta.as_ref().map(|m| m.len()),
+                    modified_after: meta.and_then(|m| m.modified().ok()).and_then(unix_seconds),
+                });
+            }
+            on_chunk(&buf[..n])?;
+            total += n as u64;
+        }
     }
 
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {

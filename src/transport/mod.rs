@@ -20,6 +20,25 @@ pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 
 use crate::config::{Connection, HostSpec, KnownHostsPolicy};
 
+/// Receives each chunk of a streamed file, in order; an error stops the stream.
+pub type OnChunk<'a> = &'a mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send);
+
+/// A finished command: its exit code and output, line by line.
+pub struct Captured {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// What streaming a file saw: the bytes read, then the open file's length and modification time
+/// (Unix seconds) once read, so that a file changed meanwhile is told from a complete one.
+#[derive(Debug, Clone, Copy)]
+pub struct Streamed {
+    pub bytes: u64,
+    pub len_after: Option<u64>,
+    pub modified_after: Option<u64>,
+}
+
 /// sshd allows 10 sessions per connection (SFTP counts); we keep a margin.
 pub const MAX_CHANNELS_PER_HOST: usize = 8;
 
@@ -79,6 +98,15 @@ impl Transport {
 
     /// Runs `command` and returns its stdout, failing with its stderr when it exits non-zero.
     pub async fn output(&self, command: &str) -> Result<String> {
+        let done = self.captured(command).await?;
+        if done.code != 0 {
+            anyhow::bail!("`{command}` exited with {}: {}", done.code, done.stderr.trim());
+        }
+        Ok(done.stdout)
+    }
+
+    /// Runs `command` and keeps its exit code and both outputs, whatever the code.
+    pub async fn captured(&self, command: &str) -> Result<Captured> {
         let mut out = String::new();
         let mut err = String::new();
         let code = self
@@ -92,10 +120,11 @@ impl Transport {
                 buf.push('\n');
             })
             .await?;
-        if code != 0 {
-            anyhow::bail!("`{command}` exited with {code}: {}", err.trim());
-        }
-        Ok(out)
+        Ok(Captured {
+            code,
+            stdout: out,
+            stderr: err,
+        })
     }
 
     /// Reads a whole file from the host.
@@ -103,6 +132,21 @@ impl Transport {
         match self {
             Transport::Ssh(t) => t.read_file(path).await,
             Transport::Local(t) => t.read_file(path).await,
+        }
+    }
+
+    /// Streams a file from the host chunk by chunk into `on_chunk` (memory independent of its
+    /// size). With `size` (as listed) nothing past it is asked for; a file that grew meanwhile
+    /// shows in [`Streamed::len_after`]. Links are followed, as `open` does.
+    pub async fn read_chunks(
+        &self,
+        path: &Path,
+        size: Option<u64>,
+        on_chunk: OnChunk<'_>,
+    ) -> Result<Streamed> {
+        match self {
+            Transport::Ssh(t) => t.read_chunks(path, size, on_chunk).await,
+            Transport::Local(t) => t.read_chunks(path, on_chunk).await,
         }
     }
 
@@ -144,6 +188,13 @@ pub fn http_client(
             .connect_timeout(std::time::Duration::from_secs(5))
             .read_timeout(std::time::Duration::from_secs(30))
     })
+}
+
+/// A modification time as whole seconds since 1970 (what SFTP reports).
+pub(crate) fn unix_seconds(time: std::time::SystemTime) -> Option<u64> {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 /// A counted permit for one channel; see [`MAX_CHANNELS_PER_HOST`].

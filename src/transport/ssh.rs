@@ -3,25 +3,35 @@
 //! We start the master with the `ssh` binary ourselves, so that every `ssh_options` entry becomes
 //! an `-o` flag and `~/.ssh/config` is still read, then attach to it with openssh's native mux.
 
+use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use bytes::BytesMut;
+use futures_util::StreamExt as _;
 use openssh::{ForwardType, Session, Socket};
 use openssh_sftp_client::{Sftp, SftpOptions};
+use tokio::io::AsyncSeek;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::wrapper::{self, Output, Stream};
-use super::HttpEndpoint;
+use super::{HttpEndpoint, Streamed};
 use crate::config::{HostSpec, KnownHostsPolicy};
 
 /// A master idle this long exits by itself, so a crashed rigrun leaves nothing behind for long.
 const CONTROL_PERSIST_SECS: u32 = 300;
 /// Longest we wait for a master to connect and authenticate.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// SFTP reads in flight per streamed file: enough to hide the round trip, 2 MiB of buffers.
+const READ_AHEAD: usize = 16;
+/// Bytes asked for per SFTP read (OpenSSH's sftp-server serves up to 255 KiB).
+const CHUNK: u32 = 252 * 1024;
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -137,6 +147,15 @@ impl SshTransport {
         })
     }
 
+    /// The open SFTP session without checking the master again: fetching 10,000 files must not
+    /// cost a control-socket round trip each (a master lost meanwhile fails them with the reason).
+    async fn sftp_open(&self) -> Result<Arc<Sftp>> {
+        if let Some(sftp) = self.sftp.lock().await.as_ref() {
+            return Ok(sftp.clone());
+        }
+        self.sftp().await
+    }
+
     async fn sftp(&self) -> Result<Arc<Sftp>> {
         let session = self.session().await?;
         let mut guard = self.sftp.lock().await;
@@ -144,14 +163,14 @@ impl SshTransport {
             return Ok(sftp.clone());
         }
         let resumed = Session::resume_mux(session.control_socket().into(), None);
-        let sftp = Sftp::from_session(resumed, SftpOptions::default())
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)",
-                    self.host
-                )
-            })?;
+        // Requests go out at once: the default 0.5 ms batching costs a streamed file throughput.
+        let options = SftpOptions::new().flush_interval(Duration::ZERO);
+        let sftp = Sftp::from_session(resumed, options).await.with_context(|| {
+            format!(
+                "cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)",
+                self.host
+            )
+        })?;
         let sftp = Arc::new(sftp);
         *guard = Some(sftp.clone());
         Ok(sftp)
@@ -165,6 +184,94 @@ impl SshTransport {
             .await
             .with_context(|| format!("cannot read {path} on {}", self.host))?;
         Ok(data.to_vec())
+    }
+
+    /// Streams a file over SFTP with [`READ_AHEAD`] reads in flight (one at a time would wait a
+    /// round trip per chunk), handing the chunks on in order.
+    pub async fn read_chunks(
+        &self,
+        path: &Path,
+        size: Option<u64>,
+        on_chunk: super::OnChunk<'_>,
+    ) -> Result<Streamed> {
+        if path.to_str().is_none() {
+            return self.cat_chunks(path, on_chunk).await;
+        }
+        let sftp = self.sftp_open().await?;
+        let file = sftp
+            .open(path)
+            .await
+            .with_context(|| format!("cannot open {} on {}", path.display(), self.host))?;
+        let len = CHUNK;
+        let count = size.map_or(u64::MAX, |n| n.div_ceil(u64::from(len)));
+        let mut chunks = futures_util::stream::iter(0..count)
+            .map(|i| read_at(file.clone(), i * u64::from(len), len))
+            .buffered(READ_AHEAD);
+        let mut total = 0;
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.with_context(|| format!("cannot read {} on {}", path.display(), self.host))?;
+            if chunk.is_empty() {
+                break;
+            }
+            on_chunk(&chunk)?;
+            total += chunk.len() as u64;
+            if chunk.len() < len as usize {
+                break;
+            }
+        }
+        drop(chunks);
+        let meta = file.clone().metadata().await.ok();
+        Ok(Streamed {
+            bytes: total,
+            len_after: meta.and_then(|m| m.len()),
+            modified_after: meta
+                .and_then(|m| m.modified())
+                .and_then(|t| super::unix_seconds(t.as_system_time())),
+        })
+    }
+
+    /// Streams a file whose name is not UTF-8 (which the SFTP client refuses) through `cat` on an
+    /// exec channel; the shell rebuilds the name from octal escapes, so any byte passes.
+    async fn cat_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<Streamed> {
+        use tokio::io::AsyncReadExt as _;
+        let _permit = self.permits.acquire().await?;
+        let session = self.session().await?;
+        let script = format!(
+            "f=$(printf '{}x'); exec cat -- \"${{f%x}}\"",
+            octal_escapes(path.as_os_str().as_encoded_bytes())
+        );
+        let mut child = session
+            .raw_command(format!("sh -c {}", crate::config::template::shell_quote(&script)))
+            .stdin(openssh::Stdio::null())
+            .stdout(openssh::Stdio::piped())
+            .stderr(openssh::Stdio::piped())
+            .spawn()
+            .await
+            .with_context(|| format!("cannot start cat on {}", self.host))?;
+        let mut stdout = child.stdout().take().context("no stdout channel")?;
+        let mut buf = vec![0u8; CHUNK as usize];
+        let mut total = 0;
+        loop {
+            let n = stdout.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            on_chunk(&buf[..n])?;
+            total += n as u64;
+        }
+        let mut err = String::new();
+        if let Some(mut stderr) = child.stderr().take() {
+            stderr.read_to_string(&mut err).await?;
+        }
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("cannot read {} on {}: {}", path.display(), self.host, err.trim());
+        }
+        Ok(Streamed {
+            bytes: total,
+            len_after: None,
+            modified_after: None,
+        })
     }
 
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
@@ -309,6 +416,28 @@ fn host_says(dir: &str, bytes: usize, said: &str) -> Option<String> {
         return None;
     };
     Some(reason + "; free space or choose another `workdir:` in the inventory")
+}
+
+/// Reads up to `len` bytes at `offset`, reading again after a short reply so that only the end
+/// of the file yields less than `len` (empty: at or past the end).
+async fn read_at(mut file: openssh_sftp_client::file::File, offset: u64, len: u32) -> Result<BytesMut> {
+    let mut data = BytesMut::new();
+    while data.len() < len as usize {
+        Pin::new(&mut file).start_seek(SeekFrom::Start(offset + data.len() as u64))?;
+        let want = len - data.len() as u32;
+        match file.read(want, BytesMut::with_capacity(want as usize)).await? {
+            None => break,
+            Some(part) if part.is_empty() => break,
+            Some(part) if data.is_empty() => data = part,
+            Some(part) => data.extend_from_slice(&part),
+        }
+    }
+    Ok(data)
+}
+
+/// Every byte as a `printf` octal escape (`\ooo`), so a name of any bytes survives the shell.
+fn octal_escapes(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:03o}")).collect()
 }
 
 /// SFTP resolves relative paths against the login directory, which is what `~/` means.
@@ -543,6 +672,11 @@ mod tests {
             "ssh-keyscan -p 2222 10.0.0.7 >> '/etc/rigrun/known hosts'"
         );
         assert_eq!(KeyCommands::new("h", Some(22), None).remove, "ssh-keygen -R h");
+    }
+
+    #[test]
+    fn any_name_becomes_octal_escapes() {
+        assert_eq!(octal_escapes(b"a\n\xff"), "\\141\\012\\377");
     }
 
     #[test]

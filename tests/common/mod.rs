@@ -323,3 +323,73 @@ pub fn records(run_dir: &Path) -> Vec<serde_json::Value> {
 pub fn manifest(run_dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
 }
+
+impl Sshd {
+    /// Restarts this server with `LogLevel VERBOSE`, so that `sshd.log` names every session it
+    /// starts: tests count the commands a step sends (see [`Sshd::commands_started`]).
+    pub fn restart_verbose(&mut self) {
+        self.stop();
+        let config = self.dir.join("sshd_config");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("LogLevel ERROR", "LogLevel VERBOSE")).unwrap();
+        assert!(
+            self.address == "127.0.0.1",
+            "restart_verbose is for loopback servers"
+        );
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("sshd.log"))
+            .unwrap();
+        self.child = Command::new(SSHD)
+            .args(["-D", "-e", "-f", config.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start sshd");
+        self.wait_listening();
+    }
+
+    /// How many exec sessions (commands, not SFTP) sshd has started since `restart_verbose`.
+    pub fn commands_started(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("Starting session: command"))
+            .count()
+    }
+}
+
+/// Runs rigrun with `args` in `dir` and returns its output with its peak resident memory in KiB,
+/// as the kernel counted it (`wait4`'s `ru_maxrss`: the process and the children it reaped).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's Child cannot do
+pub fn run_rigrun_peak_rss(dir: &Path, args: &[&str]) -> (Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = rigrun()
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run rigrun");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            pipe.read_to_end(&mut buf).unwrap();
+            buf
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled by the kernel; the pid is our unreaped child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4 failed");
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    (output, usage.ru_maxrss as u64)
+}

@@ -8,4 +8,5 @@ mod common;
 mod sim_support;
 
 mod bench_sweep;
+mod fetch_results;
 mod ssh_run;

@@ -19,6 +19,10 @@ pub struct FetchResults {
     /// Turn fetched JSON result files into records (default true).
     #[serde(default = "yes")]
     pub records: bool,
+    /// Fetch the files that symbolic links point to, when they stay inside the glob's directory
+    /// (default false: links are listed as skipped, never followed).
+    #[serde(default)]
+    pub follow_symlinks: bool,
 }
 
 /// Planned for one host.
@@ -26,6 +30,7 @@ pub struct FetchResults {
 pub struct FetchResultsPlan {
     pub src: String,
     pub records: bool,
+    pub follow_symlinks: bool,
 }
 
 impl StepKind for FetchResults {
@@ -41,12 +46,18 @@ impl Plans for FetchResults {
         Ok(FetchResultsPlan {
             src: r.render(&self.src, Quoting::Plain)?,
             records: self.records,
+            follow_symlinks: self.follow_symlinks,
         })
     }
 }
 
 impl Describe for FetchResultsPlan {
     fn describe(&self, out: &mut String, head: &str) {
-        let _ = writeln!(out, "{head}: fetch {} into the run directory", self.src);
+        let links = if self.follow_symlinks {
+            " (following links that stay inside its directory)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "{head}: fetch {}{links} into the run directory", self.src);
     }
 }

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# fetch-results against scp and `tar cz | ssh`, on one loopback sshd in the same run: a 1 GiB
+# file (rigrun vs scp: throughput, and rigrun's peak RSS) and 10,000 small files (rigrun vs
+# `ssh host tar czf - | tar xzf -`). Each is timed $REPEAT times and the best kept; everything
+# shares this machine's cores (client, sshd, sftp-server, cipher).
+#
+#   bench/fetch.sh                       # defaults below
+#   BIG_MB=256 SMALL=2000 bench/fetch.sh
+#
+# Needs sshd (apt-get install openssh-server), /usr/bin/time (apt-get install time) and python3.
+# Prints a Markdown table (docs/fetch.md keeps the last one measured); $WORK keeps the logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIG_MB=${BIG_MB:-1024}
+SMALL=${SMALL:-10000}
+REPEAT=${REPEAT:-2}
+WORK=${WORK:-$(mktemp -d /tmp/rigrun-fetch.XXXXXX)}
+TARGET=${CARGO_TARGET_DIR:-target}
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time: apt-get install -y time" >&2; exit 1; }
+mkdir -p "$WORK" /run/sshd
+
+cargo build --release --quiet
+BIN=$TARGET/release/rigrun
+
+# A loopback sshd on a free port with its own host key, accepting a fresh client key.
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+rm -f "$WORK"/host_key* "$WORK"/client_key*
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/client_key"
+cat > "$WORK/sshd_config" <<CONF
+Port $PORT
+ListenAddress 127.0.0.1
+HostKey $WORK/host_key
+PidFile $WORK/sshd.pid
+AuthorizedKeysFile $WORK/client_key.pub
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+Subsystem sftp internal-sftp
+LogLevel ERROR
+CONF
+/usr/sbin/sshd -D -e -f "$WORK/sshd_config" 2>"$WORK/sshd.log" &
+SSHD=$!
+trap 'kill $SSHD 2>/dev/null || true' EXIT
+for _ in $(seq 150); do (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break; sleep 0.1; done
+echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$WORK/host_key.pub")" > "$WORK/known_hosts"
+USER_NAME=$(id -un)
+SSH_OPTS=(-o "UserKnownHostsFile=$WORK/known_hosts" -o GlobalKnownHostsFile=/dev/null -o BatchMode=yes
+  -o IdentitiesOnly=yes -i "$WORK/client_key")
+
+# The "host's" files: random bytes (nothing compresses them) and small JSON result files.
+HOST_DIR=$WORK/host
+mkdir -p "$HOST_DIR/big" "$HOST_DIR/small"
+[ -f "$HOST_DIR/big/big.bin" ] || head -c "${BIG_MB}M" /dev/urandom > "$HOST_DIR/big/big.bin"
+python3 - "$HOST_DIR/small" "$SMALL" <<'PY'
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    with open(os.path.join(d, f"r{i}.json"), "w") as f:
+        f.write('{"output_throughput": %d, "completed": 5, "note": "%s"}\n' % (i, "x" * 200))
+PY
+
+cat > "$WORK/hosts.yaml" <<YAML
+hosts:
+  h:
+    address: 127.0.0.1
+    port: $PORT
+    user: $USER_NAME
+    identity_file: $WORK/client_key
+    workdir: $WORK/work
+    ssh_options: {UserKnownHostsFile: $WORK/known_hosts, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: "yes"}
+YAML
+for kind in big small; do
+  glob=$([ $kind = big ] && echo "big/*.bin" || echo "small/*.json")
+  printf 'name: fetch-%s\nsteps:\n  - fetch-results: {src: "%s/%s", records: false}\n' \
+    "$kind" "$HOST_DIR" "$glob" > "$WORK/$kind.yaml"
+done
+
+# The fetch step's own seconds in the last rigrun run (0 for the other tools).
+step_seconds() {
+  cat "$WORK"/runs/*/events.jsonl 2>/dev/null | python3 -c '
+import json, sys
+print(next((e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished"), 0))'
+}
+
+# Runs a command $REPEAT times (a fresh destination each time); prints "seconds max_rss_kib
+# step_seconds" of the fastest.
+best() {
+  local name=$1; shift
+  local best_s="" best_kb="" best_step=""
+  for i in $(seq "$REPEAT"); do
+    rm -rf "$WORK/dest" "$WORK/runs" && mkdir -p "$WORK/dest"
+    /usr/bin/time -f '%e %M' -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>&1 \
+      || { echo "$name failed: $(tail -5 "$WORK/$name.log")" >&2; exit 1; }
+    read -r s kb < "$WORK/$name.time"
+    if [ -z "$best_s" ] || python3 -c "import sys; sys.exit(not $s < $best_s)"; then
+      best_s=$s; best_kb=$kb; best_step=$(step_seconds)
+    fi
+  done
+  echo "$best_s $best_kb $best_step"
+}
+
+R_BIG=$(best rigrun-big "$BIN" run "$WORK/big.yaml" -i "$WORK/hosts.yaml" --runs-dir "$WORK/runs" -q)
+S_BIG=$(best scp-big scp -q -P "$PORT" "${SSH_OPTS[@]}" "$USER_NAME@127.0.0.1:$HOST_DIR/big/big.bin" "$WORK/dest/")
+R_SMALL=$(best rigrun-small "$BIN" run "$WORK/small.yaml" -i "$WORK/hosts.yaml" --runs-dir "$WORK/runs" -q)
+T_SMALL=$(best tar-small sh -c "ssh -p $PORT ${SSH_OPTS[*]} $USER_NAME@127.0.0.1 'tar czf - -C $HOST_DIR small' | tar xzf - -C $WORK/dest")
+
+python3 - "$BIG_MB" "$SMALL" "$(nproc)" "$R_BIG" "$S_BIG" "$R_SMALL" "$T_SMALL" <<'PY'
+import sys
+mb, n, cores = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+(rb, rb_kb, rb_step), (sb, sb_kb, _), (rs, rs_kb, rs_step), (ts, ts_kb, _) = [
+    tuple(map(float, a.split())) for a in sys.argv[4:]]
+print(f"| {mb} MiB file | seconds | MiB/s | peak RSS |")
+print("|---|---|---|---|")
+print(f"| rigrun fetch-results | {rb:.2f} | {mb / rb:.0f} | {rb_kb / 1024:.0f} MiB |")
+print(f"| … its fetch step alone | {rb_step:.2f} | {mb / rb_step:.0f} | |")
+print(f"| scp | {sb:.2f} | {mb / sb:.0f} | {sb_kb / 1024:.0f} MiB |")
+print(f"| **rigrun / scp throughput** | | **{sb / rb:.0%}** (step alone: {sb / rb_step:.0%}; target ≥ 90%) | |")
+print()
+print(f"| {n} small files | seconds | files/s | peak RSS |")
+print("|---|---|---|---|")
+print(f"| rigrun fetch-results | {rs:.2f} | {n / rs:.0f} | {rs_kb / 1024:.0f} MiB |")
+print(f"| … its fetch step alone | {rs_step:.2f} | {n / rs_step:.0f} | |")
+print(f"| ssh tar czf - \\| tar xzf - | {ts:.2f} | {n / ts:.0f} | |")
+print(f"| **rigrun / tar time** | **{rs / ts:.2f}×** (step alone: {rs_step / ts:.2f}×; target ≤ 2×) | | |")
+print(f"\n{cores} cores shared by client and server; best of the repeats; rigrun's whole-run times include connecting and gathering the host's facts; scp and tar include their connection.")
+PY

@@ -1,0 +1,301 @@
+//! fetch-results against a real sshd on loopback, on real files: large files stream with little
+//! memory, many files are listed in one command, files that cannot be fetched are named while
+//! the rest arrive, odd names are stored escaped, and links are followed only as allowed.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// One host (`h`, over SSH unless `local`) whose result files live in `<tmp>/results/`.
+struct Host {
+    tmp: tempfile::TempDir,
+    sshd: Option<Sshd>,
+}
+
+impl Host {
+    fn ssh() -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        let key = ClientKey::new(tmp.path());
+        let sshd = Sshd::start(tmp.path(), "h", &key);
+        let known_hosts = tmp.path().join("known_hosts");
+        std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
+        let entry = sshd.inventory_entry("h", &key, &known_hosts, &tmp.path().join("work"), "");
+        std::fs::write(tmp.path().join("hosts.yaml"), format!("hosts:\n{entry}")).unwrap();
+        Host::with_results(tmp, Some(sshd))
+    }
+
+    fn local() -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("hosts.yaml"),
+            "hosts:\n  h:\n    connection: local\n",
+        )
+        .unwrap();
+        Host::with_results(tmp, None)
+    }
+
+    fn with_results(tmp: tempfile::TempDir, sshd: Option<Sshd>) -> Host {
+        std::fs::create_dir(tmp.path().join("results")).unwrap();
+        Host { tmp, sshd }
+    }
+
+    /// The folder the glob reads, resolved (the temp dir may sit behind a link).
+    fn results(&self) -> PathBuf {
+        self.tmp.path().join("results").canonicalize().unwrap()
+    }
+
+    fn put(&self, name: &[u8], content: &[u8]) -> PathBuf {
+        let path = self.results().join(OsStr::from_bytes(name));
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    fn playbook(&self, extra: &str) -> String {
+        let src = format!("{}/*", self.results().display());
+        let yaml = format!("name: fetch\nsteps:\n  - fetch-results:\n      src: \"{src}\"\n{extra}");
+        std::fs::write(self.tmp.path().join("fetch.yaml"), yaml).unwrap();
+        "fetch.yaml".into()
+    }
+
+    fn args(&self, extra: &str) -> Vec<String> {
+        let runs = self.tmp.path().join("runs").display().to_string();
+        let playbook = self.playbook(extra);
+        ["run", &playbook, "-i", "hosts.yaml", "--runs-dir", &runs]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// Runs the fetch; returns the output, the run directory and the step's details.
+    fn fetch(&self, extra: &str) -> (Output, PathBuf, Value) {
+        let args = self.args(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run_rigrun(self.tmp.path(), &args);
+        let (run_dir, details) = self.outcome();
+        (out, run_dir, details)
+    }
+
+    fn outcome(&self) -> (PathBuf, Value) {
+        let run_dir = newest_run_dir(&self.tmp.path().join("runs"));
+        let details = manifest(&run_dir)["hosts"]["h"]["steps"][0]["details"].clone();
+        (run_dir, details)
+    }
+}
+
+fn fetched(run_dir: &Path) -> PathBuf {
+    run_dir.join("hosts/h/fetched")
+}
+
+/// The `remote` names of a details list (`files`, `skipped`, `failed`), without the folder.
+fn names(details: &Value, list: &str, host: &Host) -> Vec<String> {
+    let prefix = format!("{}/", host.results().display());
+    details[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list} in {details:#}"))
+        .iter()
+        .map(|f| {
+            f["remote"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches(&prefix)
+                .to_string()
+        })
+        .collect()
+}
+
+fn reason<'a>(details: &'a Value, list: &str, name: &str) -> &'a str {
+    details[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["remote"].as_str().unwrap().ends_with(name))
+        .unwrap_or_else(|| panic!("{name} not in {list}: {details:#}"))["reason"]
+        .as_str()
+        .unwrap()
+}
+
+fn sha256_of(path: &Path) -> String {
+    sh("sha256sum", &[path.to_str().unwrap()])[..64].to_string()
+}
+
+#[test]
+fn a_large_file_streams_to_disk_with_little_memory_and_stays_sparse() {
+    let host = Host::ssh();
+    let big = host.results().join("big.bin");
+    sh("truncate", &["-s", "200M", big.to_str().unwrap()]);
+    let tail = format!("of={}", big.display());
+    sh(
+        "dd",
+        &[
+            "if=/dev/urandom",
+            &tail,
+            "bs=1M",
+            "count=4",
+            "seek=200",
+            "conv=notrunc",
+            "status=none",
+        ],
+    );
+    let args = host.args("      records: false\n");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (out, peak_kib) = run_rigrun_peak_rss(host.tmp.path(), &args);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let (run_dir, details) = host.outcome();
+    let local = fetched(&run_dir).join("big.bin");
+    assert_eq!(sha256_of(&local), sha256_of(&big));
+    assert_eq!(details["files"][0]["sha256"], sha256_of(&big));
+    assert_eq!(details["files"][0]["bytes"], 204 << 20);
+    assert!(
+        peak_kib < 80 * 1024,
+        "rigrun peaked at {} MiB fetching a 204 MiB file",
+        peak_kib / 1024
+    );
+    let on_disk = std::fs::metadata(&local).unwrap().blocks() * 512;
+    assert!(
+        on_disk < 64 << 20,
+        "the 200 MiB hole was written out: {on_disk} bytes on disk"
+    );
+}
+
+#[test]
+fn two_thousand_files_are_listed_in_one_command_and_become_records() {
+    let mut host = Host::ssh();
+    for i in 0..2000 {
+        host.put(
+            format!("r{i}.json").as_bytes(),
+            format!("{{\"i\": {i}}}").as_bytes(),
+        );
+    }
+    host.sshd.as_mut().unwrap().restart_verbose();
+    let (out, run_dir, details) = host.fetch("");
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(details["files"].as_array().unwrap().len(), 2000);
+    let recs = records(&run_dir);
+    assert_eq!(recs.len(), 2000, "one record per fetched JSON file");
+    assert_eq!(recs[1]["point"]["file"], "r1.json", "natural order: r1 after r0");
+    assert_eq!(
+        recs[2]["point"]["file"], "r2.json",
+        "natural order: r2 before r10"
+    );
+    let commands = host.sshd.as_ref().unwrap().commands_started();
+    // Connecting gathers the facts (one command); the fetch lists everything in one more.
+    assert!(
+        commands <= 3,
+        "{commands} commands for 2000 files: a round trip per file?"
+    );
+    assert!(
+        commands >= 1,
+        "sshd.log counts no command: is LogLevel VERBOSE in effect?"
+    );
+}
+
+#[test]
+fn files_that_cannot_be_fetched_are_named_and_the_rest_are_fetched() {
+    let host = Host::ssh();
+    host.put(b"good.json", br#"{"output_throughput": 7}"#);
+    host.put(b"late.json", b"{}");
+    sh("mkfifo", &[host.results().join("pipe.json").to_str().unwrap()]);
+    std::fs::create_dir(host.results().join("dir.json")).unwrap();
+    let unreadable = whoami() != "root";
+    if unreadable {
+        let path = host.put(b"secret.json", b"{}");
+        sh("chmod", &["000", path.to_str().unwrap()]);
+    }
+    let (out, run_dir, details) = host.fetch("");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a file not fetched fails the run:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(names(&details, "files", &host), ["good.json", "late.json"]);
+    assert!(fetched(&run_dir).join("good.json").is_file());
+    assert_eq!(records(&run_dir)[0]["metrics"]["output_throughput"], 7);
+    assert!(reason(&details, "failed", "pipe.json").contains("not a regular file"));
+    assert!(reason(&details, "skipped", "dir.json").contains("a directory"));
+    if unreadable {
+        assert!(reason(&details, "failed", "secret.json").contains("not readable"));
+    }
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains("could not be fetched") && said.contains("pipe.json") && said.contains("2 fetched"),
+        "the run does not say what was not fetched:\n{said}"
+    );
+}
+
+#[test]
+fn names_with_newlines_bad_bytes_and_spaces_are_fetched_escaped_and_shown() {
+    let host = Host::ssh();
+    host.put(b"with space.json", b"{\"a\": 1}");
+    host.put(b"new\nline.json", b"{\"a\": 2}");
+    host.put(b"bad\xff.json", b"{\"a\": 3}");
+    host.put(b"100%.json", b"{\"a\": 4}");
+    let (out, run_dir, details) = host.fetch("");
+    assert!(out.status.success(), "{:?}", text(&out));
+    let dir = fetched(&run_dir);
+    for (local, a) in [
+        ("with space.json", 1),
+        ("new%0Aline.json", 2),
+        ("bad%FF.json", 3),
+        ("100%25.json", 4),
+    ] {
+        let content = std::fs::read_to_string(dir.join(local)).unwrap_or_else(|e| panic!("{local}: {e}"));
+        assert_eq!(content, format!("{{\"a\": {a}}}"));
+    }
+    let mut shown = names(&details, "files", &host);
+    shown.sort();
+    assert_eq!(
+        shown,
+        ["100%25.json", "bad%FF.json", "new%0Aline.json", "with space.json"]
+    );
+    let escaped = details["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["escaped"] == true);
+    assert_eq!(escaped.count(), 3, "escaped names are marked: {details:#}");
+    let files: Vec<_> = records(&run_dir)
+        .iter()
+        .map(|r| r["point"]["file"].clone())
+        .collect();
+    assert!(files.contains(&Value::from("new%0Aline.json")), "{files:?}");
+}
+
+/// A link to /etc/passwd and one to a file beside it, under both settings of follow_symlinks.
+fn links_are_followed_only_inside(host: Host) {
+    let real = host.put(b"real.json", b"{\"a\": 1}");
+    std::os::unix::fs::symlink(&real, host.results().join("inner.json")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", host.results().join("passwd.json")).unwrap();
+
+    let (out, run_dir, details) = host.fetch("");
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(names(&details, "files", &host), ["real.json"]);
+    assert!(reason(&details, "skipped", "passwd.json").contains("not followed"));
+    assert!(reason(&details, "skipped", "inner.json").contains("follow_symlinks: true"));
+    assert!(!fetched(&run_dir).join("passwd.json").exists());
+
+    let (out, run_dir, details) = host.fetch("      follow_symlinks: true\n");
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(names(&details, "files", &host), ["inner.json", "real.json"]);
+    assert_eq!(
+        std::fs::read(fetched(&run_dir).join("inner.json")).unwrap(),
+        b"{\"a\": 1}"
+    );
+    assert!(reason(&details, "skipped", "passwd.json").contains("outside"));
+    assert!(!fetched(&run_dir).join("passwd.json").exists());
+}
+
+#[test]
+fn links_are_not_followed_unless_asked_and_never_outside_over_ssh() {
+    links_are_followed_only_inside(Host::ssh());
+}
+
+#[test]
+fn links_are_not_followed_unless_asked_and_never_outside_on_local_hosts() {
+    links_are_followed_only_inside(Host::local());
+}
