@@ -143,22 +143,8 @@ impl Sshd {
             ),
         )
         .unwrap();
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, SSHD]);
-                c
-            }
-            None => Command::new(SSHD),
-        };
         let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
-        let child = cmd
-            .args(["-D", "-e", "-f", config.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("cannot start sshd");
+        let child = spawn_sshd(&config, netns, log);
         let host_key_public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
         let mut sshd = Sshd {
             address: address.to_string(),
@@ -340,13 +326,7 @@ impl Sshd {
             .append(true)
             .open(self.dir.join("sshd.log"))
             .unwrap();
-        self.child = Command::new(SSHD)
-            .args(["-D", "-e", "-f", config.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("cannot start sshd");
+        self.child = spawn_sshd(&config, None, log);
         self.wait_listening();
     }
 
@@ -357,6 +337,24 @@ impl Sshd {
             .filter(|l| l.contains("Starting session: command"))
             .count()
     }
+}
+
+/// sshd in the foreground with `config`, in `netns` if given, logging to `log`.
+fn spawn_sshd(config: &Path, netns: Option<&str>, log: std::fs::File) -> Child {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, SSHD]);
+            c
+        }
+        None => Command::new(SSHD),
+    };
+    cmd.args(["-D", "-e", "-f", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("cannot start sshd")
 }
 
 /// Runs rigrun with `args` in `dir` and returns its output with its peak resident memory in KiB,
