@@ -38,7 +38,11 @@ pub async fn run(
     if plan.template {
         let text = String::from_utf8(data)
             .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
-        data = render(&text, Quoting::Plain, &crate::config::context(vars))
+        // On a blocking thread, so that the step's timeout and Ctrl-C still fire while it
+        // renders; the render itself cannot be cancelled, the fuel budget is what bounds it.
+        let ctx = crate::config::context(vars);
+        data = tokio::task::spawn_blocking(move || render(&text, Quoting::Plain, &ctx))
+            .await?
             .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
             .into_bytes();
     }
