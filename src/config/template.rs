@@ -4,6 +4,7 @@
 //! numbers read naturally and `$(touch /tmp/x); y` reaches the program as one literal argument.
 //! `{{ value | safe }}` opts out of quoting for values that are meant to be several arguments.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
@@ -16,6 +17,43 @@ use super::playbook::Quoting;
 /// bytes of data made). A playbook's command takes tens and a templated script thousands, so a
 /// million is generous, yet a runaway loop stops there within a fraction of a second.
 pub const FUEL: u64 = 1_000_000;
+
+/// The steps planning a whole playbook may take (`check`, `plan`, and `run` before it starts):
+/// every template and `skip_if`, for every host and sweep point. A hundred thousand points of a
+/// typical command take a few million; fifty million bound `check` to seconds.
+pub const PLAN_FUEL: u64 = 50_000_000;
+
+thread_local! {
+    /// The fuel left to the plan being built on this thread, if one is (see [`with_plan_budget`]).
+    static PLAN_LEFT: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (building a plan) with [`PLAN_FUEL`] for all the renders it makes on this thread.
+pub fn with_plan_budget<T>(f: impl FnOnce() -> T) -> T {
+    with_budget(PLAN_FUEL, f)
+}
+
+/// Runs `f` with `fuel` for all the renders it makes on this thread.
+fn with_budget<T>(fuel: u64, f: impl FnOnce() -> T) -> T {
+    let outer = PLAN_LEFT.replace(Some(fuel));
+    let result = f();
+    PLAN_LEFT.set(outer);
+    result
+}
+
+/// Takes the fuel a render used from the plan's budget; an error once the budget is spent.
+fn charge_plan(state: &minijinja::State) -> Result<(), String> {
+    let (Some(left), Some((used, _))) = (PLAN_LEFT.get(), state.fuel_levels()) else {
+        return Ok(());
+    };
+    PLAN_LEFT.set(Some(left.saturating_sub(used)));
+    if used > left {
+        return Err(format!(
+            "planning ran out of its budget of {PLAN_FUEL} template steps for the whole playbook (every template and skip_if, for every host and sweep point; rigrun's limit, so that `check` cannot hang); make the templates that run per point cheaper, or use fewer points or hosts"
+        ));
+    }
+    Ok(())
+}
 
 /// The largest text one template may render to: 4 MiB, like the largest YAML file rigrun reads.
 pub const MAX_RENDERED_BYTES: usize = 4 * 1024 * 1024;
@@ -85,8 +123,10 @@ pub fn render(source: &str, quoting: Quoting, ctx: &Value) -> Result<String, Str
         .template_from_str(source)
         .map_err(|e| describe(&e))?;
     let mut out = Bounded(Vec::new());
-    tmpl.render_captured_to(ctx.clone(), &mut out)
+    let captured = tmpl
+        .render_captured_to(ctx.clone(), &mut out)
         .map_err(|e| describe(&e))?;
+    charge_plan(captured.state())?;
     // minijinja writes only `str`s, so the bytes are UTF-8.
     Ok(String::from_utf8_lossy(&out.0).into_owned())
 }
@@ -148,12 +188,18 @@ pub fn expression_variables(expr: &str) -> Result<HashSet<String>, String> {
     Ok(compiled.undeclared_variables(false))
 }
 
-/// Evaluates an expression to a value.
+/// Evaluates an expression to a value. It runs as `{% set value = (EXPR) %}` so that the fuel
+/// it takes is known and charged to the plan's budget (a bare expression does not tell).
 pub fn eval(expr: &str, ctx: &Value) -> Result<Value, String> {
-    let compiled = env_for(Quoting::Plain)
-        .compile_expression(expr)
-        .map_err(|e| describe(&e))?;
-    compiled.eval(ctx).map_err(|e| describe(&e))
+    let env = env_for(Quoting::Plain);
+    // Compiled alone first: the expression's own errors, and nothing but an expression inside
+    // the block below.
+    env.compile_expression(expr).map_err(|e| describe(&e))?;
+    let source = format!("{{% set value = ({expr}) %}}");
+    let tmpl = env.template_from_str(&source).map_err(|e| describe(&e))?;
+    let captured = tmpl.render_captured(ctx.clone()).map_err(|e| describe(&e))?;
+    charge_plan(captured.state())?;
+    Ok(captured.state().lookup("value").unwrap_or_default())
 }
 
 fn describe(err: &minijinja::Error) -> String {
@@ -299,6 +345,29 @@ mod tests {
         let nested = "{% for a in range(10000) %}{% for b in range(10000) %}x{% endfor %}{% endfor %}";
         let err = render(nested, Quoting::Plain, &context! {}).unwrap_err();
         assert!(err.contains("ran out of its budget of 1000000 steps"), "{err}");
+    }
+
+    #[test]
+    fn a_plan_has_one_budget_for_all_its_renders() {
+        let loop_ = "{% for a in range(10000) %}{% for b in range(10) %}x{% endfor %}{% endfor %}";
+        let ctx = context! {};
+        assert!(
+            render(loop_, Quoting::Plain, &ctx).is_ok(),
+            "one render fits its own budget"
+        );
+        // The real budget is PLAN_FUEL; a smaller one keeps the test quick.
+        let err = with_budget(2_000_000, || {
+            (0..1000)
+                .map(|_| render(loop_, Quoting::Plain, &ctx))
+                .find_map(Result::err)
+        });
+        assert!(err.unwrap().contains("planning ran out of its budget of"));
+        assert!(
+            render(loop_, Quoting::Plain, &ctx).is_ok(),
+            "the budget ends with the plan"
+        );
+        let skip = with_plan_budget(|| skip_reason("range(3) | length > 2", &ctx));
+        assert_eq!(skip.unwrap().as_deref(), Some("range(3) | length = 3 > 2"));
     }
 
     #[test]
