@@ -19,8 +19,9 @@ use super::playbook::Quoting;
 pub const FUEL: u64 = 1_000_000;
 
 /// The steps planning a whole playbook may take (`check`, `plan`, and `run` before it starts):
-/// every template and `skip_if`, for every host and sweep point. A hundred thousand points of a
-/// typical command take a few million; fifty million bound `check` to seconds.
+/// every template and `skip_if`, for every host and sweep point. The largest sweep (10,000
+/// points) of a typical command takes under a million per host; fifty million bound `check` to
+/// seconds.
 pub const PLAN_FUEL: u64 = 50_000_000;
 
 thread_local! {

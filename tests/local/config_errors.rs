@@ -252,7 +252,7 @@ fn a_matrix_too_large_is_counted_not_expanded() {
     assert_rejected(
         &playbook,
         "5:13",
-        "this matrix has 10,000,000 points (a0: 10 × a1: 10 × a2: 10 × a3: 10 × a4: 10 × a5: 10 × a6: 10); rigrun runs at most 100,000 points per sweep",
+        "this matrix has 10,000,000 points (a0: 10 × a1: 10 × a2: 10 × a3: 10 × a4: 10 × a5: 10 × a6: 10); rigrun runs at most 10,000 points per sweep",
     );
 }
 
