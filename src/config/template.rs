@@ -20,40 +20,65 @@ pub const FUEL: u64 = 1_000_000;
 
 /// The steps planning a whole playbook may take (`check`, `plan`, and `run` before it starts):
 /// every template and `skip_if`, for every host and sweep point. The largest sweep (10,000
-/// points) of a typical command takes under a million per host; fifty million bound `check` to
-/// seconds.
-pub const PLAN_FUEL: u64 = 50_000_000;
+/// points) of a typical command takes under a million per host; twenty million keep `check`
+/// under a second.
+pub const PLAN_FUEL: u64 = 20_000_000;
 
-thread_local! {
-    /// The fuel left to the plan being built on this thread, if one is (see [`with_plan_budget`]).
-    static PLAN_LEFT: Cell<Option<u64>> = const { Cell::new(None) };
+/// The text a whole plan may render, all hosts and points together: 64 MiB. Fuel alone would
+/// allow gigabytes (a step per 64 bytes), all of it kept in the plan.
+pub const PLAN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What is left of a plan's budget.
+#[derive(Clone, Copy)]
+struct PlanLeft {
+    fuel: u64,
+    bytes: u64,
 }
 
-/// Runs `f` (building a plan) with [`PLAN_FUEL`] for all the renders it makes on this thread.
+thread_local! {
+    /// The budget left to the plan being built on this thread, if one is (see [`with_plan_budget`]).
+    static PLAN_LEFT: Cell<Option<PlanLeft>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (building a plan) with [`PLAN_FUEL`] and [`PLAN_BYTES`] for all the renders it makes
+/// on this thread.
 pub fn with_plan_budget<T>(f: impl FnOnce() -> T) -> T {
     with_budget(PLAN_FUEL, f)
 }
 
-/// Runs `f` with `fuel` for all the renders it makes on this thread.
+/// Runs `f` with `fuel` (and [`PLAN_BYTES`]) for all the renders it makes on this thread.
 fn with_budget<T>(fuel: u64, f: impl FnOnce() -> T) -> T {
-    let outer = PLAN_LEFT.replace(Some(fuel));
+    let budget = PlanLeft {
+        fuel,
+        bytes: PLAN_BYTES,
+    };
+    let outer = PLAN_LEFT.replace(Some(budget));
     let result = f();
     PLAN_LEFT.set(outer);
     result
 }
 
-/// Takes the fuel a render used from the plan's budget; an error once the budget is spent.
-fn charge_plan(state: &minijinja::State) -> Result<(), String> {
-    let (Some(left), Some((used, _))) = (PLAN_LEFT.get(), state.fuel_levels()) else {
+/// Takes what a render used (its fuel, `bytes` of output) from the plan's budget; an error once
+/// the budget is spent.
+fn charge_plan(state: &minijinja::State, bytes: usize) -> Result<(), String> {
+    let (Some(left), Some((fuel, _))) = (PLAN_LEFT.get(), state.fuel_levels()) else {
         return Ok(());
     };
-    PLAN_LEFT.set(Some(left.saturating_sub(used)));
-    if used > left {
-        return Err(format!(
-            "planning ran out of its budget of {PLAN_FUEL} template steps for the whole playbook (every template and skip_if, for every host and sweep point; rigrun's limit, so that `check` cannot hang); make the templates that run per point cheaper, or use fewer points or hosts"
-        ));
-    }
-    Ok(())
+    let bytes = bytes as u64;
+    PLAN_LEFT.set(Some(PlanLeft {
+        fuel: left.fuel.saturating_sub(fuel),
+        bytes: left.bytes.saturating_sub(bytes),
+    }));
+    let spent = if fuel > left.fuel {
+        format!("its budget of {PLAN_FUEL} template steps")
+    } else if bytes > left.bytes {
+        format!("its {PLAN_BYTES} bytes of rendered text")
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "planning ran out of {spent} for the whole playbook (every template and skip_if, for every host and sweep point; rigrun's limit, so that `check` cannot hang or fill memory); make the templates that run per point cheaper, or use fewer points or hosts"
+    ))
 }
 
 /// The largest text one template may render to: 4 MiB, like the largest YAML file rigrun reads.
@@ -127,7 +152,7 @@ pub fn render(source: &str, quoting: Quoting, ctx: &Value) -> Result<String, Str
     let captured = tmpl
         .render_captured_to(ctx.clone(), &mut out)
         .map_err(|e| describe(&e))?;
-    charge_plan(captured.state())?;
+    charge_plan(captured.state(), out.0.len())?;
     // minijinja writes only `str`s, so the bytes are UTF-8.
     Ok(String::from_utf8_lossy(&out.0).into_owned())
 }
@@ -199,7 +224,7 @@ pub fn eval(expr: &str, ctx: &Value) -> Result<Value, String> {
     let source = format!("{{% set value = ({expr}) %}}");
     let tmpl = env.template_from_str(&source).map_err(|e| describe(&e))?;
     let captured = tmpl.render_captured(ctx.clone()).map_err(|e| describe(&e))?;
-    charge_plan(captured.state())?;
+    charge_plan(captured.state(), 0)?;
     Ok(captured.state().lookup("value").unwrap_or_default())
 }
 
@@ -362,7 +387,18 @@ mod tests {
                 .map(|_| render(loop_, Quoting::Plain, &ctx))
                 .find_map(Result::err)
         });
-        assert!(err.unwrap().contains("planning ran out of its budget of"));
+        assert!(err
+            .unwrap()
+            .contains("planning ran out of its budget of 20000000 template steps"));
+        let big = "{{ 'x' * 4000000 }}";
+        let err = with_plan_budget(|| {
+            (0..20)
+                .map(|_| render(big, Quoting::Plain, &ctx))
+                .find_map(Result::err)
+        });
+        assert!(err
+            .unwrap()
+            .contains("planning ran out of its 67108864 bytes of rendered text"));
         assert!(
             render(loop_, Quoting::Plain, &ctx).is_ok(),
             "the budget ends with the plan"
