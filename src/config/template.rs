@@ -24,9 +24,9 @@ pub const FUEL: u64 = 1_000_000;
 /// under a second.
 pub const PLAN_FUEL: u64 = 20_000_000;
 
-/// The text a whole plan may render, all hosts and points together: 64 MiB. Fuel alone would
+/// The text a whole plan may render, all hosts and points together: 32 MiB. Fuel alone would
 /// allow gigabytes (a step per 64 bytes), all of it kept in the plan.
-pub const PLAN_BYTES: u64 = 64 * 1024 * 1024;
+pub const PLAN_BYTES: u64 = 32 * 1024 * 1024;
 
 /// What is left of a plan's budget.
 #[derive(Clone, Copy)]
@@ -81,8 +81,9 @@ fn charge_plan(state: &minijinja::State, bytes: usize) -> Result<(), String> {
     ))
 }
 
-/// The largest text one template may render to: 4 MiB, like the largest YAML file rigrun reads.
-pub const MAX_RENDERED_BYTES: usize = 4 * 1024 * 1024;
+/// The largest text one template may render to: 1 MiB. Commands are a line and templated
+/// scripts kilobytes (`bench_throughput.py` is 34 kB).
+pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
 
 /// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters. A
 /// leading `~/` stays outside the quotes so that the shell still expands it to the home folder.
@@ -390,15 +391,15 @@ mod tests {
         assert!(err
             .unwrap()
             .contains("planning ran out of its budget of 20000000 template steps"));
-        let big = "{{ 'x' * 4000000 }}";
+        let big = "{{ 'x' * 1000000 }}";
         let err = with_plan_budget(|| {
-            (0..20)
+            (0..40)
                 .map(|_| render(big, Quoting::Plain, &ctx))
                 .find_map(Result::err)
         });
         assert!(err
             .unwrap()
-            .contains("planning ran out of its 67108864 bytes of rendered text"));
+            .contains("planning ran out of its 33554432 bytes of rendered text"));
         assert!(
             render(loop_, Quoting::Plain, &ctx).is_ok(),
             "the budget ends with the plan"
@@ -410,7 +411,7 @@ mod tests {
     #[test]
     fn an_oversized_render_is_refused() {
         let err = render("{{ 'x' * 5000000 }}", Quoting::Plain, &context! {}).unwrap_err();
-        assert!(err.contains("renders to more than 4194304 bytes"), "{err}");
+        assert!(err.contains("renders to more than 1048576 bytes"), "{err}");
     }
 
     #[test]
