@@ -61,7 +61,7 @@ pub struct ConfigArgs {
     /// Set a variable, overriding inventory and playbook vars (repeatable). KEY is a name
     /// (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML so
     /// numbers stay numbers; a newline, tab, NUL or other control character in it is refused (put
-    /// such a value under vars: in the playbook or a file).
+    /// such a value under vars: in the playbook or the inventory, or in a file).
     #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
     pub extra_vars: Vec<String>,
 }
