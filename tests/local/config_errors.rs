@@ -341,3 +341,22 @@ fn a_looping_template_script_still_obeys_its_timeout() {
     let stderr = run_looping_script("1ms");
     assert!(stderr.contains("copy-script: timed out after 1ms"), "{stderr}");
 }
+
+#[test]
+fn a_plan_whose_templates_together_run_too_long_is_refused() {
+    let axes: String = (0..3)
+        .map(|a| format!("        a{a}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"))
+        .collect();
+    let playbook = format!(
+        "name: t\nhosts: [gpu1]\nsteps:\n  - run-sweep:\n      matrix:\n{axes}      command: \"{{% for i in range(1000) %}}{{{{ i }}}}{{% endfor %}}\"\n"
+    );
+    // `check` only: `plan` and `run` build the same plan, and each build spends the whole budget.
+    let (code, _, stderr) = check_playbook("check", playbook.as_bytes(), &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "bad.yaml:9:16: planning ran out of its budget of 5000000 template steps for the whole playbook"
+        ),
+        "{stderr}"
+    );
+}
