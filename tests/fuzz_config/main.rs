@@ -1,7 +1,8 @@
 //! Property test of configuration loading: generated playbooks and inventories (well formed,
 //! broken, hostile, with bytes flipped) go through `Config::load` and, when they load, through
 //! `plan::build` and `plan::describe`, as `check` and `plan` do. No input may panic or take more
-//! than a second (ten in a debug build, whose templates run several times slower).
+//! than a second (thirty in a debug build, whose templates run up to ten times slower, on a
+//! loaded CI machine).
 //!
 //! `cargo test --test fuzz_config` runs a few hundred cases; `bash fuzz/config.sh` runs a million
 //! in release and prints cases/s and the slowest input; `FUZZ_DEBUG=1` prints why each input
@@ -286,7 +287,7 @@ fn fuzz(cases: u32) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bench.py"), "print('{}')\n").unwrap();
     let limit = if cfg!(debug_assertions) {
-        Duration::from_secs(10)
+        Duration::from_secs(30)
     } else {
         Duration::from_secs(1)
     };
