@@ -58,8 +58,10 @@ pub struct ConfigArgs {
     /// Run only on these hosts (comma-separated host or group names from the inventory).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,
-    /// Set a variable, overriding inventory and playbook vars (repeatable). VALUE is read as YAML,
-    /// so numbers stay numbers.
+    /// Set a variable, overriding inventory and playbook vars (repeatable). KEY is a name
+    /// (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML so
+    /// numbers stay numbers; a newline, tab, NUL or other control character in it is refused (put
+    /// such a value under vars: in the playbook or the inventory, or in a file).
     #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
     pub extra_vars: Vec<String>,
 }

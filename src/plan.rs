@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::config::render::{RenderError, Renderer};
 use crate::config::steps::Action;
+use crate::config::template;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, HostVars, Step};
 
 /// One step for one host, with its templates rendered.
@@ -37,7 +38,13 @@ pub struct HostPlan {
 }
 
 /// Plans every host without contacting any; values that only the run can know stay deferred.
+/// All its renders share one budget ([`template::PLAN_FUEL`]), so no playbook can hang it.
 pub fn build(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigErrors> {
+    template::with_plan_budget(|| build_hosts(config, builtins))
+}
+
+/// Plans every host in turn, collecting every step's errors.
+fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigErrors> {
     let mut hosts = Vec::new();
     let mut errors = Vec::new();
     for host in &config.hosts {

@@ -25,9 +25,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# The test binaries (tests/<name>/main.rs) that need only this machine and a loopback sshd; the
+# The test binaries (tests/<name>/main.rs) that need only this machine and a loopback sshd
+# (fuzz_config runs a few hundred generated configurations; `bash fuzz/config.sh` a million); the
 # others are system (root: namespaces, tmpfs), browser (Chromium) and llama (llama.cpp).
-fast_tests=(local sshd)
+fast_tests=(local sshd fuzz_config)
 
 # What the tests start: sshd and ssh always; for the full run also ip (network namespaces),
 # Chromium (the HTML report), and cmake, g++ and unzip (building llama-server).

@@ -160,8 +160,19 @@ pub const BUILTIN_NAMES: &[&str] = &["host", "workdir", "run_id", "rigrun", "lab
 impl Config {
     /// Loads, parses and checks both files; nothing is contacted.
     pub fn load(opts: &LoadOptions) -> Result<Config, ConfigErrors> {
-        let (playbook, playbook_text) = yaml::load_file::<Playbook>(&opts.playbook)?;
-        let (inventory, inventory_text) = yaml::load_file::<Inventory>(&opts.inventory)?;
+        let playbook_text = yaml::read_file(&opts.playbook)?;
+        let inventory_text = yaml::read_file(&opts.inventory)?;
+        Config::from_text(opts, playbook_text, inventory_text)
+    }
+
+    /// Parses and checks the two files' text (read from `opts`' paths, which errors name).
+    pub fn from_text(
+        opts: &LoadOptions,
+        playbook_text: String,
+        inventory_text: String,
+    ) -> Result<Config, ConfigErrors> {
+        let playbook = yaml::parse_str::<Playbook>(&opts.playbook, &playbook_text)?;
+        let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)?;
         let extra_vars = parse_extra_vars(&opts.extra_vars)?;
         let mut config = Config {
             playbook_path: opts.playbook.clone(),
@@ -231,19 +242,45 @@ pub fn context(vars: &IndexMap<String, serde_json::Value>) -> Value {
 fn parse_extra_vars(items: &[String]) -> Result<Vars, ConfigError> {
     let mut vars = Vars::new();
     for item in items {
-        let Some((key, raw)) = item.split_once('=') else {
-            return Err(ConfigError::plain(
-                Path::new("-e"),
-                format!("`{item}` is not KEY=VALUE; write it like -e input_len=2000"),
-            ));
-        };
+        let (key, raw) = split_extra_var(item)?;
         let value = serde_saphyr::from_str::<serde_json::Value>(raw)
             .ok()
             .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
             .unwrap_or_else(|| raw.into());
-        vars.insert(key.trim().to_string(), value);
+        vars.insert(key.to_string(), value);
     }
     Ok(vars)
+}
+
+/// One `-e` item as its key (an identifier, as templates name it) and its raw value, which may
+/// hold no control character (YAML would fold a newline silently).
+fn split_extra_var(item: &str) -> Result<(&str, &str), ConfigError> {
+    let refuse = |message: String| ConfigError::plain(Path::new("-e"), message);
+    let Some((key, raw)) = item.split_once('=') else {
+        return Err(refuse(format!(
+            "`{}` is not KEY=VALUE; write it like -e input_len=2000",
+            item.escape_debug()
+        )));
+    };
+    if !is_identifier(key) {
+        return Err(refuse(format!(
+            "`{}` is not a variable name: KEY must be letters, digits and `_`, not starting with a digit (like input_len)",
+            key.escape_debug()
+        )));
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(refuse(format!(
+            "the value of `{key}` holds a control character (a newline, tab, NUL or escape): -e takes one line of text; put such a value under vars: in the playbook or the inventory, or in a file the step reads"
+        )));
+    }
+    Ok((key, raw))
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -257,6 +294,28 @@ mod tests {
         assert_eq!(vars["url"], serde_json::json!("http://x:1/"));
         assert_eq!(vars["s"], serde_json::json!("a b"));
         assert!(parse_extra_vars(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn extra_var_keys_are_identifiers() {
+        assert!(parse_extra_vars(&["_a1=x".into()]).is_ok());
+        for bad in ["na\np=1", "1a=x", "=x", "a b=x", "a-b=x", " a=x"] {
+            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
+            assert!(err.contains("is not a variable name"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn extra_var_values_with_control_characters_are_refused() {
+        for bad in ["k=a\nb", "k=a\0b", "k=\u{1b}[31m", "k=a\tb"] {
+            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
+            assert!(
+                err.contains("the value of `k` holds a control character"),
+                "{err}"
+            );
+            assert!(err.contains("under vars:"), "{err}");
+        }
+        assert!(parse_extra_vars(&["k=a b é".into()]).is_ok());
     }
 
     #[test]

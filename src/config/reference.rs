@@ -209,31 +209,36 @@ fn parse_expected(value: &Json) -> Result<Expected, String> {
 pub fn match_point(key: &str, matrix: &Matrix) -> Result<IndexMap<String, Json>, String> {
     let axes: Vec<&str> = matrix.keys().map(String::as_str).collect();
     let wanted = wanted_values(key, &axes)?;
-    let points = crate::point::cartesian(matrix);
-    points
-        .into_iter()
-        .find(|point| {
-            point
-                .iter()
-                .all(|(axis, v)| wanted.get(axis.as_str()).is_some_and(|w| same_value(w, v)))
+    // Axis by axis rather than through the cartesian product: a reference costs the matrix's
+    // length, never its size, so a huge matrix is refused by the sweep's limit, not here.
+    matrix
+        .iter()
+        .map(|(axis, values)| {
+            let wanted = wanted.get(axis.as_str())?;
+            let value = values.value.iter().find(|v| same_value(wanted, v))?;
+            Some((axis.clone(), value.clone()))
         })
-        .ok_or_else(|| {
-            let listed: Vec<String> = matrix
-                .iter()
-                .map(|(axis, values)| {
-                    let values: Vec<String> = values.value.iter().map(value_text).collect();
-                    format!("{axis}: {}", values.join(", "))
-                })
-                .collect();
-            format!(
-                "`{key}` is not a point of this sweep's matrix ({})",
-                if listed.is_empty() {
-                    "no matrix: name the single point `single`".to_string()
-                } else {
-                    listed.join("; ")
-                }
-            )
+        .collect::<Option<IndexMap<_, _>>>()
+        .ok_or_else(|| not_a_point(key, matrix))
+}
+
+/// Why `key` names no point of `matrix`, listing the matrix's values.
+fn not_a_point(key: &str, matrix: &Matrix) -> String {
+    let listed: Vec<String> = matrix
+        .iter()
+        .map(|(axis, values)| {
+            let values: Vec<String> = values.value.iter().map(value_text).collect();
+            format!("{axis}: {}", values.join(", "))
         })
+        .collect();
+    format!(
+        "`{key}` is not a point of this sweep's matrix ({})",
+        if listed.is_empty() {
+            "no matrix: name the single point `single`".to_string()
+        } else {
+            listed.join("; ")
+        }
+    )
 }
 
 /// The key as axis → value text, checked against the matrix's axes.

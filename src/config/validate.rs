@@ -157,7 +157,7 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
         rigrun: String::new(),
     };
     // (place, variable) -> hosts where it is undefined, so one mistake is one error.
-    let mut undefined: BTreeMap<(u64, u64, String), (Location, Vec<String>)> = BTreeMap::new();
+    let mut undefined = Undefined::new();
     for host in &config.hosts {
         let vars = config.host_vars(host, "", &builtins);
         let mut defined: HashSet<String> = vars.keys().cloned().collect();
@@ -180,15 +180,20 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
             defined.extend(kind.provides().iter().map(|s| s.to_string()));
         }
     }
-    for ((_, _, var), (loc, hosts)) in undefined {
+    for ((_, _, var), found) in undefined {
+        let message = if found.called {
+            super::template::unsupported_function(&var)
+        } else {
+            format!(
+                "`{var}` is not defined for host {}; define it under vars: in the inventory, the host or the playbook, or pass -e {var}=VALUE",
+                found.hosts.join(", ")
+            )
+        };
         errors.push(ConfigError::at(
             &config.playbook_path,
             &config.playbook_text,
-            &loc,
-            format!(
-                "`{var}` is not defined for host {}; define it under vars: in the inventory, the host or the playbook, or pass -e {var}=VALUE",
-                hosts.join(", ")
-            ),
+            &found.place,
+            message,
         ));
     }
     errors.sort_by_key(|e| (e.line, e.column));
@@ -200,19 +205,37 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     }
 }
 
+/// A name a template uses that no host defines: where, whether it is called, and on which hosts.
+struct UndefinedUse {
+    place: Location,
+    /// Used as `name(...)`: an unsupported function rather than a missing variable.
+    called: bool,
+    hosts: Vec<String>,
+}
+
+type Undefined = BTreeMap<(u64, u64, String), UndefinedUse>;
+
+/// Records the names `text` uses that are neither defined nor minijinja's own functions.
 fn note_undefined(
-    undefined: &mut BTreeMap<(u64, u64, String), (Location, Vec<String>)>,
+    undefined: &mut Undefined,
     text: &Text,
     used: HashSet<String>,
     defined: &HashSet<String>,
     host: &str,
 ) {
-    for var in used.into_iter().filter(|v| !defined.contains(v)) {
+    let functions = super::template::functions();
+    for var in used
+        .into_iter()
+        .filter(|v| !defined.contains(v) && !functions.contains(&v.as_str()))
+    {
+        let called = super::template::calls(&text.value, &var);
         let key = (text.referenced.line(), text.referenced.column(), var);
-        let entry = undefined
-            .entry(key)
-            .or_insert_with(|| (text.referenced, Vec::new()));
-        entry.1.push(host.to_string());
+        let entry = undefined.entry(key).or_insert_with(|| UndefinedUse {
+            place: text.referenced,
+            called,
+            hosts: Vec::new(),
+        });
+        entry.hosts.push(host.to_string());
     }
 }
 

@@ -13,8 +13,9 @@ use super::ConfigError;
 /// Largest YAML file we read; a playbook or inventory is a few kilobytes.
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
-/// Reads and parses one YAML file into `T`.
-pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<(T, String), ConfigError> {
+/// Reads one YAML file as text: at most [`MAX_FILE_BYTES`], and UTF-8 (else the error names the
+/// line and column of the first bad byte).
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     let size = std::fs::metadata(path)
         .map_err(|e| ConfigError::io(path, &e))?
         .len();
@@ -24,9 +25,28 @@ pub fn load_file<T: DeserializeOwned>(path: &Path) -> Result<(T, String), Config
             format!("the file is {size} bytes; rigrun reads YAML files of at most {MAX_FILE_BYTES} bytes"),
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
-    let value = parse_str(path, &text)?;
-    Ok((value, text))
+    let bytes = std::fs::read(path).map_err(|e| ConfigError::io(path, &e))?;
+    String::from_utf8(bytes).map_err(|e| not_utf8(path, e.as_bytes(), e.utf8_error().valid_up_to()))
+}
+
+/// The error for a file whose byte at `bad` is not UTF-8: its line and column (in characters).
+fn not_utf8(path: &Path, bytes: &[u8], bad: usize) -> ConfigError {
+    // Everything before the first bad byte is valid UTF-8.
+    let before = std::str::from_utf8(&bytes[..bad]).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() as u64 + 1;
+    let column = before[line_start..].chars().count() as u64 + 1;
+    let text = String::from_utf8_lossy(bytes);
+    ConfigError {
+        file: path.display().to_string(),
+        line,
+        column,
+        message: format!(
+            "the byte 0x{:02x} is not UTF-8 text; save the file as UTF-8",
+            bytes[bad]
+        ),
+        snippet: Some(super::snippet(&text, line, column)),
+    }
 }
 
 /// Parses YAML text that came from `path` (used in error messages only).
@@ -107,6 +127,16 @@ fn explain_budget(message: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_utf8_is_placed_at_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yaml");
+        std::fs::write(&path, b"name: t\nvars: {x: \"\xc3\xa9\xff\"}\n").unwrap();
+        let err = read_file(&path).unwrap_err();
+        assert_eq!((err.line, err.column), (2, 13), "{err}");
+        assert!(err.message.contains("0xff is not UTF-8"), "{err}");
+    }
 
     #[test]
     fn strips_only_a_trailing_location() {

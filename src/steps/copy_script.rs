@@ -38,7 +38,7 @@ pub async fn run(
     vars: &HostVars,
 ) -> Result<StepOutcome> {
     let src = &plan.src;
-    let data = contents(plan, vars)?;
+    let data = contents(plan, vars).await?;
     let mode = match plan.mode {
         Some(m) => m,
         None => std::fs::metadata(src)?.permissions().mode() & 0o7777,
@@ -84,7 +84,7 @@ pub async fn run(
 }
 
 /// The file to upload: the script, rendered with the host's variables when it is a template.
-fn contents(plan: &CopyScriptPlan, vars: &HostVars) -> Result<Vec<u8>> {
+async fn contents(plan: &CopyScriptPlan, vars: &HostVars) -> Result<Vec<u8>> {
     let src = &plan.src;
     let data = std::fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
     if !plan.template {
@@ -92,9 +92,15 @@ fn contents(plan: &CopyScriptPlan, vars: &HostVars) -> Result<Vec<u8>> {
     }
     let text = String::from_utf8(data)
         .with_context(|| format!("{} is not UTF-8 text, so it cannot be a template", src.display()))?;
-    Ok(render(&text, Quoting::Plain, &crate::config::context(vars))
-        .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
-        .into_bytes())
+    // On a blocking thread, so that the step's timeout and Ctrl-C still fire while it renders;
+    // the render itself cannot be cancelled, the fuel budget is what bounds it.
+    let ctx = crate::config::context(vars);
+    Ok(
+        tokio::task::spawn_blocking(move || render(&text, Quoting::Plain, &ctx))
+            .await?
+            .map_err(|e| anyhow::anyhow!("cannot render {} as a template: {e}", src.display()))?
+            .into_bytes(),
+    )
 }
 
 /// What the host holds at a path: the file's checksum, and what rigrun last uploaded there.

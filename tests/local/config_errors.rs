@@ -221,3 +221,142 @@ fn a_valid_playbook_checks_clean() {
     );
     assert!(stdout.contains("c=2  $ echo 2"), "{stdout}");
 }
+
+/// Writes `playbook` and the test inventory to a new folder and runs `rigrun ARGS... bad.yaml`.
+fn check_playbook(command: &str, playbook: &[u8], extra: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    inventory(dir.path(), 1);
+    std::fs::write(dir.path().join("bad.yaml"), playbook).unwrap();
+    let mut args = vec![command, "bad.yaml"];
+    args.extend_from_slice(extra);
+    let out = run_rigrun(dir.path(), &args);
+    let (stdout, stderr) = text(&out);
+    (out.status.code(), stdout, stderr)
+}
+
+#[test]
+fn a_nested_loop_template_runs_out_of_its_budget() {
+    assert_rejected(
+        "name: t\nsteps:\n  - shell:\n      command: \"{% for a in range(10000) %}{% for b in range(10000) %}x{% endfor %}{% endfor %}\"\n",
+        "4:16",
+        "the template ran out of its budget of 1000000 steps",
+    );
+}
+
+#[test]
+fn a_matrix_too_large_is_counted_not_expanded() {
+    let axes: String = (0..7)
+        .map(|a| format!("        a{a}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"))
+        .collect();
+    let playbook = format!("name: t\nsteps:\n  - run-sweep:\n      matrix:\n{axes}      command: echo\n");
+    assert_rejected(
+        &playbook,
+        "5:13",
+        "this matrix has 10,000,000 points (a0: 10 × a1: 10 × a2: 10 × a3: 10 × a4: 10 × a5: 10 × a6: 10); rigrun runs at most 10,000 points per sweep",
+    );
+}
+
+#[test]
+fn invalid_utf8_is_placed_at_its_line_and_column() {
+    for command in ["check", "plan"] {
+        let (code, _, stderr) = check_playbook(
+            command,
+            b"name: t\nsteps:\n  - shell: {command: \"echo \xff\"}\n",
+            &[],
+        );
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(
+            stderr.contains("bad.yaml:3:28: the byte 0xff is not UTF-8 text"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn minijinja_functions_are_known_and_unknown_ones_are_named() {
+    let playbook = b"name: t\nhosts: [gpu1]\nsteps:\n  - shell:\n      command: \"echo {% for i in range(3) %}{{ i }}{% endfor %}\"\n";
+    let (code, stdout, stderr) = check_playbook("plan", playbook, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("echo 012"), "{stdout}");
+    assert_eq!(check_playbook("check", playbook, &[]).0, Some(0));
+    assert_rejected(
+        "name: t\nsteps:\n  - shell:\n      command: \"echo {{ nosuch(3) }}\"\n",
+        "4:16",
+        "the template function `nosuch` is not supported (rigrun's templates offer: ",
+    );
+}
+
+#[test]
+fn extra_vars_need_an_identifier_and_one_line() {
+    let ok = b"name: t\nsteps: []\n";
+    let (code, _, stderr) = check_playbook("check", ok, &["-e", "na\np=1"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("-e: `na\\np` is not a variable name"), "{stderr}");
+    let (code, _, stderr) = check_playbook("plan", ok, &["-e", "k=a\nb"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("-e: the value of `k` holds a control character") && stderr.contains("under vars:"),
+        "{stderr}"
+    );
+}
+
+/// Runs a `template: true` copy-script whose template loops, with `timeout`; returns stderr
+/// after asserting that the run ended with exit 1 (the step failed; nothing hung).
+fn run_looping_script(timeout: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  here:\n    connection: local\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("loop.sh"),
+        "{% for a in range(10000) %}{% for b in range(10000) %}x{% endfor %}{% endfor %}\n",
+    )
+    .unwrap();
+    let playbook = format!(
+        "name: t\nsteps:\n  - copy-script: {{src: loop.sh, dest: {}/loop.sh, template: true, timeout: {timeout}}}\n",
+        dir.path().join("work").display()
+    );
+    std::fs::write(dir.path().join("p.yaml"), playbook).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "p.yaml", "--runs-dir", "runs"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    stderr
+}
+
+#[test]
+fn a_looping_template_script_fails_its_step_on_the_budget() {
+    let stderr = run_looping_script("30s");
+    assert!(
+        stderr.contains("cannot render ./loop.sh as a template: the template ran out of its budget"),
+        "{stderr}"
+    );
+}
+
+/// The render runs off the host's task, so the step's timeout fires while it renders (1 ms is far
+/// shorter than a million steps take).
+#[test]
+fn a_looping_template_script_still_obeys_its_timeout() {
+    let stderr = run_looping_script("1ms");
+    assert!(stderr.contains("copy-script: timed out after 1ms"), "{stderr}");
+}
+
+#[test]
+fn a_plan_whose_templates_together_run_too_long_is_refused() {
+    let axes: String = (0..3)
+        .map(|a| format!("        a{a}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"))
+        .collect();
+    let playbook = format!(
+        "name: t\nhosts: [gpu1]\nsteps:\n  - run-sweep:\n      matrix:\n{axes}      command: \"{{% for i in range(1000) %}}{{{{ i }}}}{{% endfor %}}\"\n"
+    );
+    // `check` only: `plan` and `run` build the same plan, and each build spends the whole budget.
+    let (code, _, stderr) = check_playbook("check", playbook.as_bytes(), &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "bad.yaml:9:16: planning ran out of its budget of 5000000 template steps for the whole playbook"
+        ),
+        "{stderr}"
+    );
+}

@@ -13,6 +13,11 @@ use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
 use crate::point::{self, cartesian};
 
+/// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
+/// ten thousand is days of measuring per host, far beyond real sweeps (tens to hundreds); and
+/// planning them stays well under a second per host (about 10 µs a point).
+pub const MAX_POINTS: u128 = 10_000;
+
 /// As written in the playbook.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +89,9 @@ impl Plans for RunSweep {
                 return Err(r.error(values, format!("matrix `{key}` has no values")));
             }
         }
+        if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
+            return Err(r.error(first, message));
+        }
         let points = cartesian(&self.matrix)
             .into_iter()
             .map(|values| self.point(r, values))
@@ -93,6 +101,39 @@ impl Plans for RunSweep {
             stop_on_failure: self.stop_on_failure,
         })
     }
+}
+
+/// The number of points of `matrix`, counted before any is made, or why there are too many.
+pub fn check_size(matrix: &Matrix) -> Result<u128, String> {
+    let count = matrix
+        .values()
+        .fold(1u128, |n, values| n.saturating_mul(values.value.len() as u128));
+    if count <= MAX_POINTS {
+        return Ok(count);
+    }
+    let axes: Vec<String> = matrix
+        .iter()
+        .map(|(axis, values)| format!("{axis}: {}", values.value.len()))
+        .collect();
+    Err(format!(
+        "this matrix has {} points ({}); rigrun runs at most {} points per sweep: use fewer values, or split the sweep into several steps",
+        thousands(count),
+        axes.join(" × "),
+        thousands(MAX_POINTS)
+    ))
+}
+
+/// `10000000` as `10,000,000`.
+fn thousands(n: u128) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl RunSweep {
@@ -136,5 +177,39 @@ impl Describe for RunSweepPlan {
 
     fn points(&self) -> &[Point] {
         &self.points
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(axes: usize, values: usize) -> Matrix {
+        let yaml: String = (0..axes)
+            .map(|a| format!("a{a}: [{}]\n", vec!["1"; values].join(", ")))
+            .collect();
+        serde_saphyr::from_str(&yaml).unwrap()
+    }
+
+    #[test]
+    fn a_matrix_is_counted_before_it_is_built() {
+        assert_eq!(check_size(&matrix(4, 10)), Ok(10_000));
+        let err = check_size(&matrix(7, 10)).unwrap_err();
+        assert!(err.contains("10,000,000 points"), "{err}");
+        assert!(err.contains("(a0: 10 × a1: 10 × a2: 10"), "{err}");
+        assert!(err.contains("at most 10,000 points"), "{err}");
+    }
+
+    #[test]
+    fn a_count_beyond_u128_saturates() {
+        assert!(check_size(&matrix(60, 10)).unwrap_err().contains("340,282,366"));
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(10_000_000), "10,000,000");
     }
 }
