@@ -5,6 +5,7 @@
 //! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way.
 
 mod local;
+mod lost;
 mod ssh;
 pub mod wrapper;
 
@@ -15,6 +16,7 @@ use anyhow::Result;
 use tokio::sync::Semaphore;
 
 pub use local::LocalTransport;
+pub use lost::{is_lost, Lost};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 
