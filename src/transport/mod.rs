@@ -4,6 +4,7 @@
 //! agent work as they do for `ssh`); `local` does the same on this machine. Both run commands
 //! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way.
 
+mod frame;
 mod local;
 mod lost;
 mod ssh;
