@@ -52,16 +52,6 @@ impl Frame {
         }
     }
 
-    /// Whether the stream's end marker has come.
-    pub fn ended(&self) -> bool {
-        matches!(self.state, State::Trailer | State::Done)
-    }
-
-    /// Whether the start marker has come (the command's bytes are flowing).
-    pub fn started(&self) -> bool {
-        self.state != State::BeforeStart
-    }
-
     pub fn push(&mut self, data: &[u8], emit: &mut dyn FnMut(Piece)) {
         let mut buf = std::mem::take(&mut self.held);
         buf.extend_from_slice(data);
@@ -110,7 +100,9 @@ impl Frame {
     fn trailer<'a>(&mut self, data: &'a [u8], emit: &mut dyn FnMut(Piece)) -> &'a [u8] {
         match memchr::memchr(b'\n', data) {
             Some(at) => {
-                emit(Piece::End(String::from_utf8_lossy(&data[..at]).trim().to_string()));
+                emit(Piece::End(
+                    String::from_utf8_lossy(&data[..at]).trim().to_string(),
+                ));
                 self.state = State::Done;
                 &data[at + 1..]
             }
@@ -197,6 +189,9 @@ mod tests {
         assert_eq!(content, b"partial line M:e");
         assert_eq!(end, None);
         let (noise, content, _) = split(&[b"only noise M:sta"]);
-        assert_eq!((noise.as_slice(), content.as_slice()), (&b"only noise M:sta"[..], &b""[..]));
+        assert_eq!(
+            (noise.as_slice(), content.as_slice()),
+            (&b"only noise M:sta"[..], &b""[..])
+        );
     }
 }

@@ -352,7 +352,10 @@ mod tests {
         assert_eq!(code, Some(3));
         assert_eq!(
             lines,
-            [(Stream::Stdout, "out".to_string()), (Stream::Stderr, "err".to_string())]
+            [
+                (Stream::Stdout, "out".to_string()),
+                (Stream::Stderr, "err".to_string())
+            ]
         );
     }
 
