@@ -18,38 +18,11 @@ REPEAT=${REPEAT:-2}
 WORK=${WORK:-$(mktemp -d /tmp/rigrun-fetch.XXXXXX)}
 TARGET=${CARGO_TARGET_DIR:-target}
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time: apt-get install -y time" >&2; exit 1; }
-mkdir -p "$WORK" /run/sshd
 
 cargo build --release --quiet
 BIN=$TARGET/release/rigrun
 
-# A loopback sshd on a free port with its own host key, accepting a fresh client key.
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-rm -f "$WORK"/host_key* "$WORK"/client_key*
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$WORK/client_key"
-cat > "$WORK/sshd_config" <<CONF
-Port $PORT
-ListenAddress 127.0.0.1
-HostKey $WORK/host_key
-PidFile $WORK/sshd.pid
-AuthorizedKeysFile $WORK/client_key.pub
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-Subsystem sftp internal-sftp
-LogLevel ERROR
-CONF
-/usr/sbin/sshd -D -e -f "$WORK/sshd_config" 2>"$WORK/sshd.log" &
-SSHD=$!
-trap 'kill $SSHD 2>/dev/null || true' EXIT
-for _ in $(seq 150); do (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break; sleep 0.1; done
-echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$WORK/host_key.pub")" > "$WORK/known_hosts"
-USER_NAME=$(id -un)
-SSH_OPTS=(-o "UserKnownHostsFile=$WORK/known_hosts" -o GlobalKnownHostsFile=/dev/null -o BatchMode=yes
-  -o IdentitiesOnly=yes -i "$WORK/client_key")
+source bench/lib/sshd.sh
 
 # The "host's" files: random bytes (nothing compresses them) and small JSON result files.
 HOST_DIR=$WORK/host
@@ -63,16 +36,7 @@ for i in range(n):
         f.write('{"output_throughput": %d, "completed": 5, "note": "%s"}\n' % (i, "x" * 200))
 PY
 
-cat > "$WORK/hosts.yaml" <<YAML
-hosts:
-  h:
-    address: 127.0.0.1
-    port: $PORT
-    user: $USER_NAME
-    identity_file: $WORK/client_key
-    workdir: $WORK/work
-    ssh_options: {UserKnownHostsFile: $WORK/known_hosts, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: "yes"}
-YAML
+{ echo "hosts:"; host_entry h; } > "$WORK/hosts.yaml"
 for kind in big small; do
   glob=$([ $kind = big ] && echo "big/*.bin" || echo "small/*.json")
   printf 'name: fetch-%s\nsteps:\n  - fetch-results: {src: "%s/%s", records: false}\n' \

@@ -89,9 +89,8 @@ impl HostJob {
             servers: Vec::new(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
-        // Per host too: two inventory entries may share one machine and its workdir.
-        let jobs = format!("{}/.rigrun/jobs/{}/{}", ctx.workdir, self.run_id, self.host);
-        ctx.transport.start_jobs(&jobs).await.map_err(fail("connect"))?;
+        let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
+        ctx.transport.start_jobs(&jobs);
         let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts)
             .await
             .map_err(fail("upload rigrun"))?;
@@ -145,6 +144,18 @@ impl HostJob {
         }
         first_failure
     }
+}
+
+/// Where the run's detached commands live on the host. The run directory's path is in it as
+/// well as the run id (two runs of one playbook started in the same second, from different
+/// folders, must not share it; a resumed run finds its own again), and so is the host's name
+/// (two inventory entries may be one machine with one workdir).
+fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) -> String {
+    use sha2::Digest;
+    let place = std::fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+    let digest = sha2::Sha256::digest(place.as_os_str().as_encoded_bytes());
+    let key = hex::encode(&digest[..4]);
+    format!("{workdir}/.rigrun/jobs/{run_id}-{key}/{host}")
 }
 
 /// The host's facts, in one round trip.

@@ -13,6 +13,7 @@
 //! every job still running, and a watchdog on the host stops them all by itself when rigrun has
 //! not renewed the run's lease for the lease's length (a crash, SIGKILL, a partition).
 
+use std::collections::HashSet;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -50,6 +51,8 @@ pub(super) struct Jobs {
     lease: Duration,
     dir: Mutex<Option<String>>,
     keeper: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Jobs started that have not reported their end.
+    unfinished: Mutex<HashSet<String>>,
 }
 
 impl Jobs {
@@ -60,27 +63,40 @@ impl Jobs {
             lease: spec.lease(),
             dir: Mutex::new(None),
             keeper: Mutex::new(None),
+            unfinished: Mutex::new(HashSet::new()),
         }
     }
 
     fn dir(&self) -> Option<String> {
         self.dir.lock().ok()?.clone()
     }
+
+    fn lease_secs(&self) -> String {
+        self.lease.as_secs().to_string()
+    }
+
+    /// Notes that job `name` started (true) or reported its end (false).
+    fn unfinished(&self, name: &str, started: bool) {
+        if let Ok(mut names) = self.unfinished.lock() {
+            if started {
+                names.insert(name.to_string());
+            } else {
+                names.remove(name);
+            }
+        }
+    }
+
+    /// Whether some job started without reporting its end (it may still run on the host).
+    fn any_unfinished(&self) -> bool {
+        self.unfinished.lock().map_or(true, |names| !names.is_empty())
+    }
 }
 
 impl Transport {
-    /// Opens the run's jobs folder `dir` on the host, starts its watchdog there and renews its
-    /// lease every quarter of its length until the transport closes.
-    pub async fn start_jobs(self: &Arc<Self>, dir: &str) -> Result<()> {
-        let lease = self.jobs.lease.as_secs().to_string();
-        self.job_action("lease", dir, "-", &lease)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot prepare {dir} on {} for the run's commands",
-                    self.jobs.host
-                )
-            })?;
+    /// Makes `dir` the run's jobs folder on the host and renews its lease every quarter of its
+    /// length until the transport closes. The first job creates the folder and starts its
+    /// watchdog, so that a run pays no round trip for them.
+    pub fn start_jobs(self: &Arc<Self>, dir: &str) {
         if let Ok(mut d) = self.jobs.dir.lock() {
             *d = Some(dir.to_string());
         }
@@ -90,7 +106,7 @@ impl Transport {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(transport) = weak.upgrade() else { return };
-                if let Err(e) = transport.job_action("lease", &dir, "-", &lease).await {
+                if let Err(e) = transport.job_action("lease", &dir, "-").await {
                     tracing::info!(host = %transport.jobs.host, "lease not renewed: {e:#}");
                 }
             }
@@ -98,7 +114,6 @@ impl Transport {
         if let Ok(mut k) = self.jobs.keeper.lock() {
             *k = Some(keeper.abort_handle());
         }
-        Ok(())
     }
 
     /// Runs `job` detached on the host and follows it to its end, through lost connections
@@ -117,12 +132,14 @@ impl Transport {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut readers: [StreamReader; 2] = Default::default();
         let mut action = "run";
+        self.jobs.unfinished(job.name, true);
         loop {
             let broke = match self
                 .follow(action, &dir, job, deadline, &mut readers, on_output)
                 .await
             {
                 Ok(Some(trailer)) => {
+                    self.jobs.unfinished(job.name, false);
                     readers[0].finish(Stream::Stdout, on_output);
                     readers[1].finish(Stream::Stderr, on_output);
                     return self.ending(job, &trailer);
@@ -161,7 +178,7 @@ impl Transport {
     ) -> Result<Option<String>> {
         let marker = wrapper::new_marker();
         let offsets = readers.each_ref().map(|r| r.content_bytes.to_string());
-        let eof = self.eof_means();
+        let (eof, lease) = (self.eof_means(), self.jobs.lease_secs());
         let args = [
             action,
             dir,
@@ -171,6 +188,7 @@ impl Transport {
             &offsets[0],
             &offsets[1],
             job.command,
+            &lease,
         ];
         let mut channel = self.spawn(JOB, &args).await?;
         let mut stop_on_drop = StopOnDrop(Some(channel.stdin_fd()));
@@ -225,23 +243,28 @@ impl Transport {
         }
     }
 
-    /// Stops every job of the run still running on the host and ends its watchdog; quietly,
-    /// since the connection may be gone (the lease then stops them).
+    /// Stops every job of the run that may still run on the host and ends its watchdog;
+    /// quietly, since the connection may be gone (the lease then stops them). When every job
+    /// reported its end, nothing is sent: the watchdog ends by itself once the lease runs out.
     pub(super) async fn close_jobs(&self) {
         if let Some(keeper) = self.jobs.keeper.lock().ok().and_then(|mut k| k.take()) {
             keeper.abort();
         }
         let Some(dir) = self.jobs.dir() else { return };
-        let closing = self.job_action("close", &dir, "-", "-");
+        if !self.jobs.any_unfinished() {
+            return;
+        }
+        let closing = self.job_action("close", &dir, "-");
         if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(15), closing).await {
             tracing::info!(host = %self.jobs.host, "cannot stop the run's commands: {e:#}");
         }
     }
 
     /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
-    async fn job_action(&self, action: &str, dir: &str, name: &str, extra: &str) -> Result<()> {
+    async fn job_action(&self, action: &str, dir: &str, name: &str) -> Result<()> {
         let marker = wrapper::new_marker();
-        let args = [action, dir, name, &marker, "keep", "0", "0", extra];
+        let lease = self.jobs.lease_secs();
+        let args = [action, dir, name, &marker, "keep", "0", "0", "-", &lease];
         let mut channel = self.spawn(JOB, &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
         let carried = carry(

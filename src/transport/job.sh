@@ -1,7 +1,8 @@
 # rigrun's detached jobs on a host; the protocol is described in job.rs.
 # $1 action (run, attach, stop, lease, close)  $2 the run's jobs folder  $3 job name  $4 marker
 # $5 what stdin's end means (stop: this machine; keep: SSH, where it may be a lost connection)
-# $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or lease seconds
+# $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or a stop's reason
+# $9 the lease in seconds
 m=$4; j=$2/$3
 printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
@@ -44,16 +45,18 @@ while [ ! -e done ]; do
 done
 rm -f watchdog.pid'
 command -v setsid >/dev/null 2>&1 || finish "error setsid (util-linux) is not installed on the host"
-case $1 in
-lease)
+# The run's folder, its lease renewed, and its watchdog running.
+lease_up() {
   [ -d "$2" ] || mkdir -p "$2" || finish "error cannot create $2"
   : > "$2/lease" || finish "error cannot write in $2"
   [ -e "$2/done" ] && rm -f "$2/done"
   w=; [ -s "$2/watchdog.pid" ] && read -r w < "$2/watchdog.pid"
   if [ -z "$w" ] || ! kill -0 "$w" 2>/dev/null; then
-    setsid sh -c "$watch" rigrun "$2" "$8" >/dev/null 2>&1 3<&- &
+    setsid sh -c "$watch" rigrun "$2" "$9" >/dev/null 2>&1 3<&- &
   fi
-  finish 0;;
+}
+case $1 in
+lease) lease_up "$@"; finish 0;;
 close)
   for f in "$2"/*.pid; do
     [ -e "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
@@ -62,6 +65,7 @@ close)
   : > "$2/done"; finish 0;;
 stop) stop "$8"; outcome; finish "$rc";;
 run)
+  lease_up "$@"
   if [ ! -e "$j.out" ]; then
     : > "$j.out" && : > "$j.err" || finish "error cannot write in $2"
     setsid sh -c "$supervise" rigrun "$j" "$8" 3<&- &
@@ -72,7 +76,7 @@ run)
     outcome; finish "$rc"
   fi
   # Started before, by a run now resumed: followed from its first byte.
-  set -- attach "$2" "$3" "$4" "$5" 0 0;;
+  set -- attach "$2" "$3" "$4" "$5" 0 0 "$8" "$9";;
 esac
 [ -e "$j.out" ] || finish gone
 n=0; while [ ! -s "$j.pid" ] && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n+1)); done

@@ -232,6 +232,8 @@ pub struct Netns {
     pub name: String,
     pub host_ip: String,
     pub ns_ip: String,
+    /// This side of the veth pair: taking it down partitions the namespace.
+    pub outer: String,
 }
 
 impl Netns {
@@ -247,6 +249,7 @@ impl Netns {
             name: name.clone(),
             host_ip: host_ip.clone(),
             ns_ip: ns_ip.clone(),
+            outer: outer.clone(),
         };
         sh(
             "ip",
@@ -264,6 +267,34 @@ impl Netns {
         in_ns(&["ip", "link", "set", &inner, "up"]);
         in_ns(&["ip", "link", "set", "lo", "up"]);
         netns
+    }
+}
+
+impl Netns {
+    /// Cuts the link to the namespace (a network partition) or brings it back.
+    pub fn link(&self, up: bool) {
+        sh(
+            "ip",
+            &["link", "set", &self.outer, if up { "up" } else { "down" }],
+        );
+        if up {
+            // The address goes with the link; the route back to the namespace with it.
+            let _ = Command::new("ip")
+                .args(["addr", "add", &format!("{}/30", self.host_ip), "dev", &self.outer])
+                .output();
+        }
+    }
+
+    /// The processes in the namespace whose command line contains `needle`, as (pid, command).
+    pub fn processes(&self, needle: &str) -> Vec<(String, String)> {
+        let out = sh("ip", &["netns", "pids", &self.name]);
+        out.split_whitespace()
+            .filter_map(|pid| {
+                let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+                cmd.contains(needle).then(|| (pid.to_string(), cmd))
+            })
+            .collect()
     }
 }
 
@@ -327,6 +358,25 @@ impl Sshd {
             .open(self.dir.join("sshd.log"))
             .unwrap();
         self.child = spawn_sshd(&config, None, log);
+        self.wait_listening();
+    }
+
+    /// Kills this server and every session it serves (as a crash or `systemctl kill` would);
+    /// the commands those sessions started in their own process groups live on.
+    pub fn kill_with_sessions(&mut self, netns: &Netns) {
+        self.stop();
+        for (pid, _) in netns.processes("sshd") {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
+        }
+    }
+
+    /// Starts this server again, as configured, in `netns`.
+    pub fn start_again(&mut self, netns: &Netns) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("sshd.log"))
+            .unwrap();
+        self.child = spawn_sshd(&self.dir.join("sshd_config"), Some(&netns.name), log);
         self.wait_listening();
     }
 

@@ -4,5 +4,6 @@
 mod common;
 
 mod e2e_netns;
+mod faults;
 mod host_disk;
 mod store_full;

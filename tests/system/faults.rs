@@ -1,0 +1,282 @@
+//! Faults real GPU hosts have, made with real processes on a host in its own network namespace:
+//! the ControlMaster killed mid-point, sshd and its sessions killed and started again, the link
+//! down for 90 s, a partition longer than the lease. Each test waits for what the run journals
+//! (events.jsonl) or for what the host's process table shows, never for a fixed time, except
+//! where the fault itself lasts a stated time (sshd down 15 s, the link down 90 s).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A sweep of four points whose command prints eight numbered lines half a second apart, then
+/// its record. `TOKEN` names the test, so that each finds its own processes on the host.
+const PLAYBOOK: &str = r#"
+name: faults
+steps:
+  - run-sweep:
+      name: sweep
+      matrix: {n: [1, 2, 3, 4]}
+      command: >-
+        i=0; while [ $i -lt LINES ]; do i=$((i+1)); echo "TOKEN p{{ n }} line $i"; echo "err $i" >&2;
+        sleep PAUSE; done; echo '{"n": {{ n }}, "lines": LINES}'
+"#;
+
+/// One host in a namespace of its own, with its sshd, and the run that rigrun makes on it.
+struct Faulty {
+    tmp: tempfile::TempDir,
+    netns: Netns,
+    sshd: Sshd,
+    token: String,
+}
+
+impl Faulty {
+    /// `host_extra` is added to the host's inventory entry (YAML, indented four spaces).
+    fn new(token: &str, lines: u32, pause: &str, host_extra: &str) -> Faulty {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let key = ClientKey::new(dir);
+        let netns = Netns::new();
+        let sshd = Sshd::start_in(dir, "gpu", &key, &netns);
+        let known_hosts = dir.join("known_hosts");
+        std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
+        // Quick to notice a dead link: ServerAlive every 2 s, 3 missed (the user's options win).
+        let extra = format!(
+            "    ssh_options: {{UserKnownHostsFile: {}, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: \"yes\", \
+             ServerAliveInterval: \"2\", ServerAliveCountMax: \"3\", ConnectTimeout: \"5\"}}\n{host_extra}",
+            known_hosts.display()
+        );
+        let entry = sshd
+            .inventory_entry("gpu", &key, &known_hosts, &dir.join("work"), "")
+            .lines()
+            .filter(|l| !l.contains("ssh_options"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
+        std::fs::write(dir.join("hosts.yaml"), format!("hosts:\n{entry}{extra}")).unwrap();
+        let playbook = PLAYBOOK
+            .replace("TOKEN", token)
+            .replace("LINES", &lines.to_string())
+            .replace("PAUSE", pause);
+        std::fs::write(dir.join("faults.yaml"), playbook).unwrap();
+        Faulty {
+            tmp,
+            netns,
+            sshd,
+            token: token.to_string(),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// Starts `rigrun run` in the background; its output goes to files beside the run.
+    fn start(&self) -> Child {
+        let out = std::fs::File::create(self.dir().join("rigrun.out")).unwrap();
+        let err = std::fs::File::create(self.dir().join("rigrun.err")).unwrap();
+        rigrun()
+            .current_dir(self.dir())
+            .args(["run", "faults.yaml", "--runs-dir", "runs"])
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("cannot start rigrun")
+    }
+
+    /// Waits for rigrun to end; its exit code and what it printed on stderr.
+    fn finish(&self, mut child: Child, within: Duration) -> (i32, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let err = std::fs::read_to_string(self.dir().join("rigrun.err")).unwrap();
+                return (status.code().unwrap_or(-1), err);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let err = std::fs::read_to_string(self.dir().join("rigrun.err")).unwrap_or_default();
+                panic!("rigrun did not finish within {within:?}:\n{err}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        only_run_dir(&self.dir().join("runs"))
+    }
+
+    /// Waits until point `n`'s stdout log shows `line`: the point is running, output flowing.
+    fn wait_for_line(&self, n: u32, line: u32, within: Duration) {
+        let needle = format!("{} p{n} line {line}\n", self.token);
+        wait_for(within, &format!("point {n} to print line {line}"), || {
+            let runs = self.dir().join("runs");
+            runs.exists() && point_log(&self.run_dir(), n, "stdout").is_some_and(|t| t.contains(&needle))
+        });
+    }
+
+    /// Waits until the journal holds a warning containing `text`.
+    fn wait_for_warning(&self, text: &str, within: Duration) {
+        wait_for(within, &format!("a warning saying `{text}`"), || {
+            events(&self.run_dir())
+                .iter()
+                .any(|e| e["event"] == "warning" && e["message"].as_str().unwrap_or("").contains(text))
+        });
+    }
+
+    /// The ControlMaster rigrun started for the host (its command line names the address).
+    fn master_pid(&self) -> String {
+        let address = format!("-- {}", self.netns.ns_ip);
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let raw = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            if cmd.starts_with("ssh ") && cmd.contains(" -M ") && cmd.trim_end().ends_with(&address) {
+                found.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        assert_eq!(found.len(), 1, "expected one master for {address}: {found:?}");
+        found.remove(0)
+    }
+
+    /// The host's processes that run this test's commands.
+    fn commands_on_host(&self) -> Vec<(String, String)> {
+        self.netns.processes(&format!("{} p", self.token))
+    }
+
+    /// Every point has exactly one ok record with its eight lines, and each point's log holds
+    /// each of its lines exactly once, in order.
+    fn assert_every_point_complete(&self, lines: u32) {
+        let run_dir = self.run_dir();
+        let recs = records(&run_dir);
+        for n in 1..=4u32 {
+            let mine: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == n).collect();
+            assert_eq!(mine.len(), 1, "point {n}: {mine:?}");
+            assert_eq!(mine[0]["status"], "ok", "point {n}: {:?}", mine[0]);
+            assert_eq!(mine[0]["metrics"]["lines"], lines);
+            let log = point_log(&run_dir, n, "stdout").unwrap();
+            let mut expected: String = (1..=lines)
+                .map(|i| format!("{} p{n} line {i}\n", self.token))
+                .collect();
+            expected.push_str(&format!("{{\"n\": {n}, \"lines\": {lines}}}\n"));
+            assert_eq!(log, expected, "point {n}'s stdout, line for line");
+            let err: String = (1..=lines).map(|i| format!("err {i}\n")).collect();
+            assert_eq!(
+                point_log(&run_dir, n, "stderr").unwrap(),
+                err,
+                "point {n}'s stderr"
+            );
+        }
+    }
+}
+
+/// The log of sweep point `n` (`001-n=1.stdout.log` under the host's step folder).
+fn point_log(run_dir: &Path, n: u32, stream: &str) -> Option<String> {
+    let name = format!("{n:03}-n={n}.{stream}.log");
+    let hosts = run_dir.join("hosts").join("gpu");
+    for step in std::fs::read_dir(hosts).ok()?.flatten() {
+        if let Ok(text) = std::fs::read_to_string(step.path().join(&name)) {
+            return Some(text);
+        }
+    }
+    None
+}
+
+fn events(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Polls `ready` until it holds; fails naming `what` after `within`.
+fn wait_for(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_control_master_is_replaced_and_the_point_goes_on_from_where_it_was() {
+    let host = Faulty::new("fault-master", 8, "0.3", "");
+    let run = host.start();
+    host.wait_for_line(2, 3, Duration::from_secs(60));
+    let master = host.master_pid();
+    sh("kill", &["-9", &master]);
+    let (code, err) = host.finish(run, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+    host.wait_for_warning("lost the connection while `s01-p002` ran", Duration::ZERO);
+    host.wait_for_warning("reconnected after", Duration::ZERO);
+    host.assert_every_point_complete(8);
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
+}
+
+#[test]
+fn sshd_killed_with_its_sessions_and_back_15_s_later_loses_nothing() {
+    let mut host = Faulty::new("fault-sshd", 8, "0.5", "");
+    let run = host.start();
+    host.wait_for_line(2, 2, Duration::from_secs(60));
+    host.sshd.kill_with_sessions(&host.netns);
+    host.wait_for_warning(
+        "lost the connection while `s01-p002` ran",
+        Duration::from_secs(30),
+    );
+    // The point's command lives on without its session.
+    assert!(!host.commands_on_host().is_empty(), "the command died with sshd");
+    // The fault itself: sshd stays down 15 s, as a restart after a crash would.
+    std::thread::sleep(Duration::from_secs(15));
+    host.sshd.start_again(&host.netns);
+    let (code, err) = host.finish(run, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+    host.assert_every_point_complete(8);
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
+}
+
+#[test]
+fn a_90_s_partition_is_waited_out_and_the_output_picked_up() {
+    let host = Faulty::new("fault-link", 8, "0.5", "");
+    let run = host.start();
+    host.wait_for_line(2, 2, Duration::from_secs(60));
+    host.netns.link(false);
+    host.wait_for_warning(
+        "lost the connection while `s01-p002` ran",
+        Duration::from_secs(60),
+    );
+    // The fault itself: the link stays down 90 s; the point finishes on the host meanwhile.
+    std::thread::sleep(Duration::from_secs(90));
+    host.netns.link(true);
+    let (code, err) = host.finish(run, Duration::from_secs(180));
+    assert_eq!(code, 0, "{err}");
+    host.assert_every_point_complete(8);
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
+}
+
+#[test]
+fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
+    let host = Faulty::new("fault-lease", 200, "0.5", "    lease: 10s\n");
+    let run = host.start();
+    host.wait_for_line(1, 2, Duration::from_secs(60));
+    let cut = Instant::now();
+    host.netns.link(false);
+    wait_for(Duration::from_secs(60), "the host to stop the command", || {
+        host.commands_on_host().is_empty()
+    });
+    let gone_after = cut.elapsed();
+    assert!(
+        gone_after >= Duration::from_secs(10),
+        "stopped after {gone_after:?}, before the lease of 10 s ran out"
+    );
+    host.netns.link(true);
+    let (code, err) = host.finish(run, Duration::from_secs(180));
+    assert_ne!(code, 0, "{err}");
+    let reason = format!("{:?}", events(&host.run_dir()));
+    assert!(
+        reason.contains("out of touch for longer than the lease (10s)"),
+        "{reason}"
+    );
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
+}
