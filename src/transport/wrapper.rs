@@ -328,13 +328,16 @@ mod tests {
         .unwrap();
         child.wait().await.unwrap();
         assert_eq!(code, Some(3));
-        assert_eq!(
-            lines,
-            [
-                (Stream::Stdout, "out".to_string()),
-                (Stream::Stderr, "err".to_string())
-            ]
-        );
+        // The streams race each other; each must hold only the command's line.
+        let on = |stream| -> Vec<&str> {
+            lines
+                .iter()
+                .filter(|(s, _)| *s == stream)
+                .map(|(_, l)| l.as_str())
+                .collect()
+        };
+        assert_eq!(on(Stream::Stdout), ["out"]);
+        assert_eq!(on(Stream::Stderr), ["err"]);
     }
 
     #[tokio::test]
