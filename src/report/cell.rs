@@ -177,7 +177,7 @@ pub fn format_number(v: f64) -> String {
 
 /// Why the benchmark marked a record invalid (`valid: false`, reasons in `problems`).
 pub fn invalid_reason(record: &Record) -> Option<String> {
-    if record.metrics.get("valid") != Some(&Json::Bool(false)) {
+    if !record.is_invalid() {
         return None;
     }
     let problems: Vec<String> = record

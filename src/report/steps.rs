@@ -130,6 +130,7 @@ mod tests {
             metrics: metrics.as_object().cloned().unwrap_or_default(),
             status,
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
+            attempt: 1,
         }
     }
 
