@@ -124,6 +124,7 @@ fn resumed(args: &RunArgs, dir: &std::path::Path) -> Result<Option<(Config, Star
         work,
         session,
     } = resumed;
+    let dir = Box::new(dir);
     Ok(Some((config, Start::Resume { dir, work, session })))
 }
 

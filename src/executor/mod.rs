@@ -34,7 +34,7 @@ pub enum Start {
     /// `rigrun run --resume`: the run's directory opened again, what is left on each host,
     /// and which session of the run this is.
     Resume {
-        dir: RunDir,
+        dir: Box<RunDir>,
         work: IndexMap<String, HostWork>,
         session: u32,
     },
@@ -66,7 +66,7 @@ fn begin(config: &Config, start: Start) -> Result<(RunDir, String, IndexMap<Stri
                 machine: me.host,
             };
             let run_id = dir.manifest.run_id.clone();
-            Ok((dir, run_id, work, event))
+            Ok((*dir, run_id, work, event))
         }
     }
 }

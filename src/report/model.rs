@@ -74,13 +74,17 @@ impl RunSummary {
 fn attempts(run: &Run) -> Option<String> {
     let (id, sessions, rerun) = (&run.manifest.run_id, run.manifest.attempts(), run.rerun);
     let points = match rerun {
-        1 => "1 point ran more than once".to_string(),
-        n => format!("{n} points ran more than once"),
+        0 => String::new(),
+        1 => "; 1 point ran more than once".to_string(),
+        n => format!("; {n} points ran more than once"),
     };
     let latest = "the tables show each point's latest attempt";
     match (sessions, rerun) {
         (1, 0) => None,
-        (1, _) => Some(format!("run {id}: {points} (retried); {latest}")),
+        (1, _) => Some(format!(
+            "run {id}: {} (retried); {latest}",
+            points.trim_start_matches("; ")
+        )),
         (n, _) => {
             let resumed = match n - 1 {
                 1 => "resumed once".to_string(),

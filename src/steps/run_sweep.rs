@@ -171,7 +171,7 @@ async fn run_point(
         });
         let this = (label.clone(), attempt);
         let ended = run_attempt(ctx, step, point, &at.log_base(&label, attempt), attempt).await;
-        let why = match ended {
+        let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) && !rerun_lost => {
                 rerun_lost = true;
                 let why = format!("the host was lost ({e:#}); run again as attempt {}", attempt + 1);
@@ -193,7 +193,6 @@ async fn run_point(
                 Some(why) => (why, end),
             },
         };
-        let (why, end) = why;
         if retried == plan.retries {
             failed(ctx, step, point, &this, &why, Some(&end), started);
             return Ok(Outcome::Failed {
