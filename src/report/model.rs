@@ -91,7 +91,7 @@ fn attempts(run: &Run) -> Option<String> {
                 k => format!("resumed {k} times"),
             };
             Some(format!(
-                "run {id} took {n} attempts ({resumed}); {points}; {latest}"
+                "run {id} took {n} attempts ({resumed}){points}; {latest}"
             ))
         }
     }
