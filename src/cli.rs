@@ -26,7 +26,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run a playbook on its hosts, show live progress, print the results table.
+    /// Run a playbook on its hosts, show live progress, print the results table; or go on with
+    /// an interrupted or failed run (`--resume RUN_DIR`).
     Run(RunArgs),
     /// Validate the playbook and inventory without connecting to any host.
     Check(ConfigArgs),
@@ -52,6 +53,13 @@ pub enum Command {
 pub struct ConfigArgs {
     /// The playbook file.
     pub playbook: PathBuf,
+    #[command(flatten)]
+    pub with: ConfigOpts,
+}
+
+/// What goes with a playbook: the inventory, the hosts, the `-e` values.
+#[derive(Args, Debug, Clone)]
+pub struct ConfigOpts {
     /// The inventory file.
     #[arg(short = 'i', long = "inventory", default_value = "hosts.yaml")]
     pub inventory: PathBuf,
@@ -67,12 +75,30 @@ pub struct ConfigArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_long_help = RESUME_HELP)]
 pub struct RunArgs {
+    /// The playbook file.
+    #[arg(required_unless_present = "resume")]
+    pub playbook: Option<PathBuf>,
     #[command(flatten)]
-    pub config: ConfigArgs,
+    pub with: ConfigOpts,
     /// Where run directories are created.
     #[arg(long, default_value = "runs")]
     pub runs_dir: PathBuf,
+    /// Go on with an interrupted or failed run in its own directory: the playbook, inventory,
+    /// hosts and -e values it ran with; only what has no result yet runs (see below).
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "runs_dir"]
+    )]
+    pub resume: Option<PathBuf>,
+    /// With --resume: also run again the points whose command ran and failed.
+    #[arg(long, requires = "resume")]
+    pub redo_failed: bool,
+    /// With --resume: also run again the points whose record was marked invalid.
+    #[arg(long, requires = "resume")]
+    pub redo_invalid: bool,
     /// How many hosts run at once (default: all).
     #[arg(long)]
     pub forks: Option<usize>,
@@ -87,6 +113,24 @@ pub struct RunArgs {
     #[arg(long)]
     pub check_references: bool,
 }
+
+/// How `--resume` decides what runs, for `rigrun run --help`.
+const RESUME_HELP: &str = "Resuming (--resume RUN_DIR), after Ctrl-C, a crash, a kill, a reboot or a host \
+that gave up:\n  \
+- the run's own copy of the playbook and inventory (in run.json) runs, with the same hosts and -e \
+values; if the files were since changed in what runs (steps, points, commands), it refuses (exit 2) \
+and names the change;\n  \
+- a sweep runs only its points without a result: never run, or cut short (run again as the same \
+attempt, so a command still running on the host is re-attached, not started twice); points that \
+failed or were marked invalid stand unless --redo-failed / --redo-invalid;\n  \
+- verify-server, start-server, copy-script and shell run again when a later step has work (they set \
+it up); fetch-results runs again when an earlier step has work; a step that did not finish ok runs \
+again; done sweep points and steps with nothing to follow are not repeated;\n  \
+- records and events carry their attempt; show, compare and report use each point's latest attempt \
+and say how many attempts the run took. A run that finished ok has nothing to do (exit 0).\n\n\
+Retries: a point whose command failed is failed, unless its step says `retries: N` (waits 1s, 2s, 4s, \
+... at most 60s between attempts); a point whose host was lost (connection, reboot) is run again \
+once. Every attempt is recorded with its reason.";
 
 #[derive(Args, Debug)]
 pub struct ShowArgs {

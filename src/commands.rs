@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ReportArgs, RunArgs, ShowArgs};
+use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, ShowArgs};
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
 use crate::events::Status;
-use crate::executor::{self, RunOptions};
+use crate::executor::{self, RunOptions, Start};
 use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
@@ -23,12 +23,12 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
     }
 }
 
-fn load(args: &ConfigArgs) -> Result<Config> {
+fn load(playbook: &std::path::Path, with: &ConfigOpts) -> Result<Config> {
     let opts = LoadOptions {
-        playbook: args.playbook.clone(),
-        inventory: args.inventory.clone(),
-        limit: args.limit.clone(),
-        extra_vars: args.extra_vars.clone(),
+        playbook: playbook.to_path_buf(),
+        inventory: with.inventory.clone(),
+        limit: with.limit.clone(),
+        extra_vars: with.extra_vars.clone(),
     };
     Ok(Config::load(&opts)?)
 }
@@ -42,7 +42,7 @@ fn offline_builtins() -> Builtins {
 }
 
 pub fn check(args: &ConfigArgs) -> Result<Exit> {
-    let config = load(args)?;
+    let config = load(&args.playbook, &args.with)?;
     let plan = plan::build(&config, &offline_builtins())?;
     let points: usize = plan
         .hosts
@@ -62,23 +62,75 @@ pub fn check(args: &ConfigArgs) -> Result<Exit> {
 }
 
 pub fn plan(args: &ConfigArgs) -> Result<Exit> {
-    let config = load(args)?;
+    let config = load(&args.playbook, &args.with)?;
     let plan = plan::build(&config, &offline_builtins())?;
     print!("{}", plan::describe(&config, &plan));
     Ok(Exit::Ok)
 }
 
 pub async fn run(args: &RunArgs) -> Result<Exit> {
-    let config = load(&args.config)?;
-    // Every template renders and every script exists before any host is touched.
-    plan::build(&config, &offline_builtins())?;
+    let (config, start) = match (&args.resume, &args.playbook) {
+        (Some(dir), _) => match resumed(args, dir)? {
+            Some(resumed) => resumed,
+            None => return Ok(Exit::Ok),
+        },
+        (None, Some(playbook)) => {
+            let config = load(playbook, &args.with)?;
+            // Every template renders and every script exists before any host is touched.
+            plan::build(&config, &offline_builtins())?;
+            let start = Start::New {
+                runs_dir: args.runs_dir.clone(),
+            };
+            (config, start)
+        }
+        (None, None) => return Err(Invalid("name a playbook, or --resume RUN_DIR".into()).into()),
+    };
     let config = Arc::new(config);
     let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet);
     let opts = RunOptions {
-        runs_dir: args.runs_dir.clone(),
+        start,
         forks: args.forks,
     };
     let outcome = executor::run(config, opts, progress).await?;
+    close(args, &outcome)
+}
+
+/// `--resume RUN_DIR`: the run's configuration and what is left to do; None when the run
+/// finished ok and nothing is left (said on stderr).
+fn resumed(args: &RunArgs, dir: &std::path::Path) -> Result<Option<(Config, Start)>> {
+    let redo = crate::resume::Redo {
+        failed: args.redo_failed,
+        invalid: args.redo_invalid,
+    };
+    let resumed = crate::resume::open(dir, redo)?;
+    let id = resumed.dir.manifest.run_id.clone();
+    if resumed.is_done() && resumed.dir.manifest.status == Status::Ok {
+        eprintln!("run {id} finished ok: nothing to do");
+        return Ok(None);
+    }
+    if resumed.is_done() {
+        eprintln!(
+            "run {id}: nothing left to run; its failed points stand (--redo-failed runs them \
+             again, --redo-invalid the invalid ones)"
+        );
+    }
+    eprintln!("resuming run {id} (attempt {}):", resumed.session);
+    for line in resumed.describe() {
+        eprintln!("  {line}");
+    }
+    let crate::resume::Resumed {
+        dir,
+        config,
+        work,
+        session,
+    } = resumed;
+    let dir = Box::new(dir);
+    Ok(Some((config, Start::Resume { dir, work, session })))
+}
+
+/// The end of a run: the closing table, warnings, failures, and how to go on when it did not
+/// finish well.
+fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
     let run = Run::open(&outcome.run_dir)?;
     // The closing table: `compare` of the run, the first host as the baseline.
     let opts = CompareOptions {
@@ -97,10 +149,16 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         eprintln!("error: {line}");
     }
     let missed = missed_references(&run, args.check_references);
+    let resume = format!("rigrun run --resume {}", outcome.run_dir.display());
     let verdict = match outcome.status {
-        Status::Ok => "all hosts succeeded",
-        Status::Interrupted => "interrupted; everything measured so far is kept",
-        _ => "some hosts or steps failed",
+        Status::Ok => "all hosts succeeded".to_string(),
+        Status::Interrupted => {
+            format!("interrupted; everything measured so far is kept; go on with: {resume}")
+        }
+        _ => format!(
+            "some hosts or steps failed; what did not run runs with: {resume} (add --redo-failed \
+             to run failed points again)"
+        ),
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
     Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))

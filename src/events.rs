@@ -25,6 +25,23 @@ pub struct Record {
     pub status: RecordStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Which attempt at the point made the record: 1 for the first; a retry, a re-run after a
+    /// lost connection or a resumed run counts up (runs written before the field: 1).
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+impl Record {
+    /// Whether the benchmark (or rigrun, for numbers JSON cannot hold) marked the record
+    /// `valid: false`: it is kept and shown, never compared.
+    pub fn is_invalid(&self) -> bool {
+        self.metrics.get("valid") == Some(&Json::Bool(false))
+    }
+}
+
+/// The attempt of anything journaled before attempts were counted.
+pub fn first_attempt() -> u32 {
+    1
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -60,21 +77,41 @@ pub enum Event {
         host: String,
         facts: crate::facts::HostFacts,
     },
+    /// `rigrun run --resume` goes on with the run: the `session`-th time a rigrun process
+    /// works on it (the first run is session 1).
+    RunResumed {
+        session: u32,
+        /// The resuming rigrun process and the machine it runs on.
+        pid: u32,
+        machine: String,
+    },
     StepStarted {
         host: String,
         index: usize,
         name: String,
         kind: String,
+        /// How many times the step has started on this host, this time included.
+        #[serde(default = "first_attempt")]
+        attempt: u32,
     },
     PointStarted {
         host: String,
         step: String,
         point: String,
+        /// The step's index (from 0); absent in runs written before it was journaled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_index: Option<usize>,
+        #[serde(default = "first_attempt")]
+        attempt: u32,
     },
     PointFinished {
         host: String,
         step: String,
         point: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_index: Option<usize>,
+        #[serde(default = "first_attempt")]
+        attempt: u32,
         status: RecordStatus,
         #[serde(skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
@@ -99,6 +136,8 @@ pub enum Event {
         host: String,
         index: usize,
         name: String,
+        #[serde(default = "first_attempt")]
+        attempt: u32,
         status: Status,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,

@@ -16,6 +16,7 @@ pub mod plan;
 pub mod point;
 pub mod progress;
 pub mod report;
+pub mod resume;
 pub mod sim;
 pub mod steps;
 pub mod store;

@@ -23,6 +23,9 @@ pub struct PlannedStep {
     pub kind: &'static str,
     pub timeout: Option<Duration>,
     pub action: Action,
+    /// The how-manyth time the step runs on the host (set by the executor; 1 when planned).
+    #[serde(skip)]
+    pub attempt: u32,
 }
 
 /// The plan of every selected host, for `plan` and `check`.
@@ -98,6 +101,7 @@ pub fn plan_step(
         kind: step.kind(),
         timeout: step.timeout().map(|d| d.0),
         action,
+        attempt: 1,
     })
 }
 

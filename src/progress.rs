@@ -83,7 +83,13 @@ impl Progress {
             } => {
                 self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
             }
-            Event::PointStarted { host, step, point } => self.status(host, format!("{step} {point}")),
+            Event::PointStarted {
+                host,
+                step,
+                point,
+                attempt,
+                ..
+            } => self.status(host, format!("{step} {point}{}", attempt_note(*attempt))),
             Event::PointFinished {
                 host,
                 step,
@@ -91,6 +97,7 @@ impl Progress {
                 status,
                 reason,
                 seconds,
+                attempt,
                 ..
             } => {
                 let how = match status {
@@ -98,7 +105,10 @@ impl Progress {
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
                     RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
                 };
-                self.line(format!("[{host}] {step} {point}: {how}"));
+                self.line(format!("[{host}] {step} {point}{}: {how}", attempt_note(*attempt)));
+            }
+            Event::RunResumed { session, .. } => {
+                self.line(format!("resuming the run (attempt {session})"));
             }
             Event::Output {
                 host, label, line, ..
@@ -145,7 +155,10 @@ impl Progress {
                 self.status(host, text);
             }
             Event::Warning { host, message } => self.line(format!("[{host}] warning: {message}")),
-            Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
+            Event::Interrupted => self.line(
+                "interrupted: stopping the commands on every host… (`rigrun run --resume RUN_DIR` goes on later)"
+                    .into(),
+            ),
             _ => {}
         }
     }
@@ -177,6 +190,14 @@ fn shorten_record(line: &str) -> String {
     match headline.is_empty() {
         true => format!("record with {} metrics", record.len()),
         false => format!("record: {}", headline.join(" ")),
+    }
+}
+
+/// ` (attempt 2)` after a point run again; nothing for a first attempt.
+fn attempt_note(attempt: u32) -> String {
+    match attempt {
+        1 => String::new(),
+        n => format!(" (attempt {n})"),
     }
 }
 

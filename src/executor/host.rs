@@ -11,6 +11,7 @@ use super::{rigrun_binary, OpenTransports};
 use crate::config::{Builtins, Config};
 use crate::events::{Event, EventSender, Status};
 use crate::plan;
+use crate::resume::HostWork;
 use crate::steps::{self, HostCtx};
 use crate::transport::Transport;
 
@@ -24,6 +25,8 @@ pub(super) struct HostJob {
     /// Where SSH control sockets live (one short-named folder per run).
     pub control_dir: PathBuf,
     pub open: OpenTransports,
+    /// What is left to do on the host (everything in a new run).
+    pub work: Arc<HostWork>,
 }
 
 /// Where a host stopped and why.
@@ -87,6 +90,7 @@ impl HostJob {
             workdir: String::new(),
             home,
             servers: Vec::new(),
+            work: self.work.clone(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
@@ -106,26 +110,33 @@ impl HostJob {
         Ok(stop)
     }
 
-    /// Runs the steps in order; returns where the host stopped, if it failed.
+    /// Runs the steps in order (in a resumed run, those its work names: see
+    /// `HostWork::resumed`); returns where the host stopped, if it failed.
     async fn run_steps(&self, ctx: &mut HostCtx, mut vars: crate::config::HostVars) -> Option<Stop> {
         let mut first_failure = None;
         for (index, step) in self.config.playbook.steps.iter().enumerate() {
+            if !self.work.runs_step(index) {
+                continue;
+            }
             let label = format!("{}. {}", index + 1, step.display_name());
+            let attempt = self.work.step_attempt(index);
             self.emit(Event::StepStarted {
                 host: self.host.clone(),
                 index,
                 name: step.display_name(),
                 kind: step.kind().to_string(),
+                attempt,
             });
             let started = std::time::Instant::now();
             let outcome = match plan::plan_step(&self.config, index, step, &vars, &HashSet::new()) {
-                Ok(planned) => steps::run(ctx, &planned, &vars).await,
+                Ok(planned) => steps::run(ctx, &plan::PlannedStep { attempt, ..planned }, &vars).await,
                 Err(e) => steps::StepOutcome::failed(e.to_string(), serde_json::Value::Null),
             };
             self.emit(Event::StepFinished {
                 host: self.host.clone(),
                 index,
                 name: step.display_name(),
+                attempt,
                 status: outcome.status,
                 error: outcome.error.clone(),
                 details: outcome.details,

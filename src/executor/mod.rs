@@ -12,16 +12,63 @@ use tokio::task::JoinSet;
 mod host;
 mod rigrun_binary;
 
+use indexmap::IndexMap;
+
 use crate::config::Config;
 use crate::events::{Event, EventSender, Status};
 use crate::progress::Progress;
-use crate::store::{self, manifest_for, RunDir};
+use crate::resume::HostWork;
+use crate::store::{self, manifest_for, Process, RunDir};
 use crate::transport::Transport;
 
 pub struct RunOptions {
-    pub runs_dir: PathBuf,
+    pub start: Start,
     /// Hosts run at once; all when None.
     pub forks: Option<usize>,
+}
+
+/// A new run, or one that goes on.
+pub enum Start {
+    /// A new run directory under `runs_dir`.
+    New { runs_dir: PathBuf },
+    /// `rigrun run --resume`: the run's directory opened again, what is left on each host,
+    /// and which session of the run this is.
+    Resume {
+        dir: Box<RunDir>,
+        work: IndexMap<String, HostWork>,
+        session: u32,
+    },
+}
+
+/// The run directory to write, its id, each host's work, and the event that opens the session.
+fn begin(config: &Config, start: Start) -> Result<(RunDir, String, IndexMap<String, HostWork>, Event)> {
+    match start {
+        Start::New { runs_dir } => {
+            let started = Utc::now();
+            let run_id = RunDir::new_run_id(&runs_dir, &config.playbook.name.value, started);
+            let dir = RunDir::create(&runs_dir, manifest_for(config, &run_id, started))?;
+            let work = config
+                .hosts
+                .iter()
+                .map(|h| (h.clone(), HostWork::fresh(config)))
+                .collect();
+            let event = Event::RunStarted {
+                run_id: run_id.clone(),
+                hosts: config.hosts.clone(),
+            };
+            Ok((dir, run_id, work, event))
+        }
+        Start::Resume { dir, work, session } => {
+            let me = Process::this();
+            let event = Event::RunResumed {
+                session,
+                pid: me.pid,
+                machine: me.host,
+            };
+            let run_id = dir.manifest.run_id.clone();
+            Ok((*dir, run_id, work, event))
+        }
+    }
 }
 
 /// How a run ended, for the summary and the exit code.
@@ -36,17 +83,12 @@ pub struct RunOutcome {
 type OpenTransports = Arc<Mutex<Vec<Arc<Transport>>>>;
 
 pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> Result<RunOutcome> {
-    let started = Utc::now();
-    let run_id = RunDir::new_run_id(&opts.runs_dir, &config.playbook.name.value, started);
-    let run_dir = RunDir::create(&opts.runs_dir, manifest_for(&config, &run_id, started))?;
+    let (run_dir, run_id, mut work, first) = begin(&config, opts.start)?;
     let run_path = run_dir.path.clone();
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let (store_failed_tx, store_failed) = oneshot::channel();
     let store = store::writer::spawn(run_dir, progress, rx, store_failed_tx);
-    let _ = tx.send(Event::RunStarted {
-        run_id: run_id.clone(),
-        hosts: config.hosts.clone(),
-    });
+    let _ = tx.send(first);
 
     let control_dir = tempfile::Builder::new()
         .prefix("rigrun-")
@@ -55,8 +97,15 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     let open: OpenTransports = Arc::default();
     let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
     let mut tasks = JoinSet::new();
+    let mut kept_ok = true;
     for host in &config.hosts {
+        let work = work.swap_remove(host).unwrap_or_else(|| HostWork::fresh(&config));
+        if work.is_done() {
+            kept_ok &= host_is_done(&config, host, &work, &tx);
+            continue;
+        }
         let job = host::HostJob {
+            work: Arc::new(work),
             host: host.clone(),
             config: config.clone(),
             events: tx.clone(),
@@ -72,7 +121,10 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         });
     }
 
-    let status = wait_or_interrupt(&mut tasks, &tx, store_failed).await;
+    let status = match wait_or_interrupt(&mut tasks, &tx, store_failed).await {
+        Status::Ok if !kept_ok => Status::Failed,
+        status => status,
+    };
     let transports: Vec<_> = open
         .lock()
         .map(|mut v| std::mem::take(&mut *v))
@@ -97,6 +149,20 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         status,
         failures,
     })
+}
+
+/// A host of a resumed run with nothing left to run: it ends as its steps did (a host left
+/// interrupted after its last step is ok). Returns whether it is ok.
+fn host_is_done(config: &Config, host: &str, work: &HostWork, tx: &EventSender) -> bool {
+    let (status, stop) = work.verdict(config);
+    let (failed_step, error) = stop.unzip();
+    let _ = tx.send(Event::HostFinished {
+        host: host.to_string(),
+        status,
+        failed_step,
+        error,
+    });
+    status == Status::Ok
 }
 
 /// Waits for every host, for Ctrl-C, or for the store to fail; returns how the run ended.

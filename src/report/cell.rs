@@ -37,7 +37,12 @@ pub enum Cell {
     Failed {
         reason: String,
     },
-    /// The point ran but reported no such metric, or the host never got there.
+    /// A planned point that never ran on the host (it failed earlier, the run was
+    /// interrupted), with the reason.
+    NotRun {
+        reason: String,
+    },
+    /// The point ran but reported no such metric, or the row is not one of the host's points.
     Missing,
     /// A row label or other text.
     Label {
@@ -138,6 +143,7 @@ impl Cell {
             Cell::Invalid { reason, .. } => format!("invalid: {reason}"),
             Cell::Skipped { reason } => format!("skipped: {reason}"),
             Cell::Failed { reason } => format!("FAILED: {reason}"),
+            Cell::NotRun { reason } => format!("not run: {reason}"),
             Cell::Missing => "—".to_string(),
             Cell::Label { text } => text.clone(),
             Cell::Check { met: true } => "met".to_string(),
@@ -146,11 +152,13 @@ impl Cell {
     }
 
     /// The reason a human format lists once under the table, and the short text that points
-    /// to it (`skipped`, `FAILED`, `invalid`, or the value with ✗ for a missed reference).
+    /// to it (`skipped`, `FAILED`, `not run`, `invalid`, or the value with ✗ for a missed
+    /// reference).
     pub fn note(&self) -> Option<(String, String)> {
         match self {
             Cell::Skipped { reason } => Some(("skipped".into(), reason.clone())),
             Cell::Failed { reason } => Some(("FAILED".into(), reason.clone())),
+            Cell::NotRun { reason } => Some(("not run".into(), format!("not run: {reason}"))),
             Cell::Invalid { reason, .. } => Some(("invalid".into(), format!("invalid: {reason}"))),
             Cell::Value {
                 value,
@@ -177,7 +185,7 @@ pub fn format_number(v: f64) -> String {
 
 /// Why the benchmark marked a record invalid (`valid: false`, reasons in `problems`).
 pub fn invalid_reason(record: &Record) -> Option<String> {
-    if record.metrics.get("valid") != Some(&Json::Bool(false)) {
+    if !record.is_invalid() {
         return None;
     }
     let problems: Vec<String> = record

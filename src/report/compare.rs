@@ -208,7 +208,7 @@ impl<'a> Across<'a> {
                 .zip(&self.tables)
                 .map(
                     |(step, tables)| match step.and_then(|s| Some((s, s.rows.get(label)?))) {
-                        Some((s, by_host)) => tables.cell(s, by_host, host, metric),
+                        Some((s, by_host)) => tables.cell(s, (label, by_host), host, metric),
                         None => Cell::Missing,
                     },
                 )
@@ -321,6 +321,8 @@ mod tests {
         Run {
             manifest: serde_json::from_value(manifest).unwrap(),
             records: Vec::new(),
+            rerun: 0,
+            dir: id.into(),
         }
     }
 

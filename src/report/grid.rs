@@ -3,22 +3,29 @@
 
 use super::cell::{cell, Cell};
 use super::model::Grid;
+use super::planned::{not_run_reason, Planned};
 use super::references::Lookup;
 use super::steps::{group, is_main_step, pick_metric, RowRecords, StepRecords};
 use super::{scaling, Run};
 
-/// A run read for its tables: its records grouped by step, and its references.
+/// A run read for its tables: its records grouped by step (with a row for every planned
+/// point, run or not), its planned sweeps and its references.
 pub struct RunTables<'a> {
     pub run: &'a Run,
     pub steps: Vec<StepRecords<'a>>,
+    planned: Planned,
     refs: Lookup<'a>,
 }
 
 impl<'a> RunTables<'a> {
     pub fn new(run: &'a Run) -> RunTables<'a> {
+        let planned = Planned::of(&run.manifest);
+        let mut steps = group(&run.records);
+        planned.add_rows(&mut steps);
         RunTables {
             run,
-            steps: group(&run.records),
+            steps,
+            planned,
             refs: Lookup::new(run),
         }
     }
@@ -39,7 +46,11 @@ impl<'a> RunTables<'a> {
             .iter()
             .map(|(label, by_host)| {
                 let mut row = vec![Cell::Label { text: label.clone() }];
-                row.extend(hosts.iter().map(|h| self.cell(step, by_host, h, &metric)));
+                row.extend(
+                    hosts
+                        .iter()
+                        .map(|h| self.cell(step, (label, by_host), h, &metric)),
+                );
                 row
             })
             .collect();
@@ -60,12 +71,22 @@ impl<'a> RunTables<'a> {
         }
     }
 
-    /// The cell of `host` in one row of a step, checked against its reference when it has one.
-    pub fn cell(&self, step: &StepRecords, row: &RowRecords, host: &str, metric: &str) -> Cell {
+    /// The cell of `host` in one row of a step, checked against its reference when it has one;
+    /// `not run` with the reason for a planned point the host has no record of.
+    pub fn cell(
+        &self,
+        step: &StepRecords,
+        (label, row): (&str, &RowRecords),
+        host: &str,
+        metric: &str,
+    ) -> Cell {
         let records = row.get(host);
         let value = cell(records, metric);
         match records.and_then(|r| r.first()) {
             Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
+            None if self.planned.has(step.step_index, &step.step, label) => Cell::NotRun {
+                reason: not_run_reason(&self.run.manifest, host),
+            },
             None => value,
         }
     }

@@ -106,6 +106,7 @@ struct RunLine<'a> {
     started: String,
     status: String,
     notice: Option<&'a str>,
+    attempts: Option<&'a str>,
 }
 
 impl RunLine<'_> {
@@ -117,6 +118,7 @@ impl RunLine<'_> {
             started: run.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
             status: format!("{:?}", run.status).to_lowercase(),
             notice: run.notice.as_deref(),
+            attempts: run.attempts.as_deref(),
         }
     }
 }
@@ -244,6 +246,7 @@ fn class(cell: &Cell) -> &'static str {
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
+        Cell::NotRun { .. } => "notrun",
         Cell::Missing => "missing",
         Cell::Check { met: false } => "missed",
         Cell::Check { met: true } => "met",

@@ -9,7 +9,21 @@ use super::{Cell, RefCheck, Verdict};
 
 pub fn render(report: &Report) -> String {
     let notices: Vec<&str> = report.notices().map(|(_, n)| n).collect();
-    let grids: Vec<GridJson> = report.grids().map(|g| GridJson::of(g, &notices)).collect();
+    let attempts: Vec<AttemptsJson> = report
+        .runs
+        .iter()
+        .filter(|r| r.attempts.is_some())
+        .map(|r| AttemptsJson {
+            run: &r.run_id,
+            attempts: r.sessions,
+            points_rerun: r.rerun,
+        })
+        .collect();
+    let context = Context {
+        notices: &notices,
+        attempts: &attempts,
+    };
+    let grids: Vec<GridJson> = report.grids().map(|g| GridJson::of(g, context)).collect();
     let mut out = serde_json::to_string_pretty(&grids).unwrap_or_else(|_| "[]".into());
     out.push('\n');
     out
@@ -26,10 +40,28 @@ struct GridJson<'a> {
     /// The runs that did not finish well, said with every table (see `Report::notices`).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     notices: &'a [&'a str],
+    /// The runs that took more than one attempt: how many, and how many points ran again.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    attempts: &'a [AttemptsJson<'a>],
+}
+
+/// How many attempts a run took (1 + its resumes) and how many points ran more than once.
+#[derive(Serialize)]
+struct AttemptsJson<'a> {
+    run: &'a str,
+    attempts: usize,
+    points_rerun: usize,
+}
+
+/// What every table carries about the runs.
+#[derive(Clone, Copy)]
+struct Context<'a> {
+    notices: &'a [&'a str],
+    attempts: &'a [AttemptsJson<'a>],
 }
 
 impl GridJson<'_> {
-    fn of<'a>(grid: &'a Grid, notices: &'a [&'a str]) -> GridJson<'a> {
+    fn of<'a>(grid: &'a Grid, context: Context<'a>) -> GridJson<'a> {
         GridJson {
             title: &grid.title,
             metric: &grid.metric,
@@ -40,7 +72,8 @@ impl GridJson<'_> {
                 .map(|row| row.iter().map(CellJson::of).collect())
                 .collect(),
             scaling: &grid.scaling,
-            notices,
+            notices: context.notices,
+            attempts: context.attempts,
         }
     }
 }
@@ -72,6 +105,10 @@ enum CellJson<'a> {
     Failed {
         reason: &'a str,
     },
+    #[serde(rename = "not run")]
+    NotRun {
+        reason: &'a str,
+    },
     Missing,
     Label {
         text: String,
@@ -101,6 +138,7 @@ impl CellJson<'_> {
             },
             Cell::Skipped { reason } => CellJson::Skipped { reason },
             Cell::Failed { reason } => CellJson::Failed { reason },
+            Cell::NotRun { reason } => CellJson::NotRun { reason },
             Cell::Missing => CellJson::Missing,
             Cell::Label { .. } | Cell::Check { .. } => CellJson::Label { text: cell.text() },
         }

@@ -3,6 +3,7 @@
 //! from the run directories; one module per format renders it: table, markdown, csv, json,
 //! html.
 
+mod attempts;
 mod build;
 mod cell;
 mod charts;
@@ -14,6 +15,7 @@ mod html;
 mod json;
 mod markdown;
 mod model;
+mod planned;
 pub mod references;
 pub mod scaling;
 mod steps;
@@ -44,16 +46,26 @@ pub enum Format {
     Json,
 }
 
-/// A run directory, read.
+/// A run directory, read: each point's records of its latest attempt.
 pub struct Run {
     pub manifest: Manifest,
     pub records: Vec<Record>,
+    /// Points whose latest attempt is not their first (retried, re-run or resumed).
+    pub rerun: usize,
+    /// Where it was read from, for the command that resumes it.
+    pub dir: std::path::PathBuf,
 }
 
 impl Run {
     pub fn open(dir: &Path) -> Result<Run> {
         let (manifest, records) = read_records(dir)?;
-        Ok(Run { manifest, records })
+        let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
+        Ok(Run {
+            manifest,
+            records,
+            rerun,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn hosts(&self) -> Vec<String> {

@@ -19,12 +19,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// A sentence per run that did not finish well: interrupted, failed, still running, or left
-    /// running by a process that no longer exists. Every format says them first.
+    /// A sentence per run that did not finish well (interrupted, failed, still running, or left
+    /// running by a process that no longer exists), and one per run that took more than one
+    /// attempt. Every format says them first.
     pub fn notices(&self) -> impl Iterator<Item = (&RunSummary, &str)> {
-        self.runs
-            .iter()
-            .filter_map(|r| r.notice.as_deref().map(|n| (r, n)))
+        self.runs.iter().flat_map(|r| {
+            [&r.notice, &r.attempts]
+                .into_iter()
+                .filter_map(move |n| n.as_deref().map(|n| (r, n)))
+        })
     }
 
     /// Every table of every section, in order: what the text formats print one after another.
@@ -42,6 +45,12 @@ pub struct RunSummary {
     pub status: Status,
     /// Why the run is not one that finished well, when it is not.
     pub notice: Option<String>,
+    /// How many attempts the run took, when more than one (resumed, or points run again).
+    pub attempts: Option<String>,
+    /// The number of times a rigrun process worked on the run (1 + resumes).
+    pub sessions: usize,
+    /// Points whose latest attempt is not their first.
+    pub rerun: usize,
 }
 
 impl RunSummary {
@@ -53,13 +62,46 @@ impl RunSummary {
             playbook_path: m.playbook.path.clone(),
             started_at: m.started_at,
             status: m.status,
-            notice: notice(&run.manifest),
+            notice: notice(run),
+            attempts: attempts(run),
+            sessions: m.attempts(),
+            rerun: run.rerun,
         }
     }
 }
 
-/// What a reader must know before trusting a run's tables, if anything.
-fn notice(m: &crate::store::Manifest) -> Option<String> {
+/// `run X took 2 attempts (resumed once); 3 points ran more than once: …`, when it did.
+fn attempts(run: &Run) -> Option<String> {
+    let (id, sessions, rerun) = (&run.manifest.run_id, run.manifest.attempts(), run.rerun);
+    let points = match rerun {
+        0 => String::new(),
+        1 => "; 1 point ran more than once".to_string(),
+        n => format!("; {n} points ran more than once"),
+    };
+    let latest = "the tables show each point's latest attempt";
+    match (sessions, rerun) {
+        (1, 0) => None,
+        (1, _) => Some(format!(
+            "run {id}: {} (retried); {latest}",
+            points.trim_start_matches("; ")
+        )),
+        (n, _) => {
+            let resumed = match n - 1 {
+                1 => "resumed once".to_string(),
+                k => format!("resumed {k} times"),
+            };
+            Some(format!(
+                "run {id} took {n} attempts ({resumed}){points}; {latest}"
+            ))
+        }
+    }
+}
+
+/// What a reader must know before trusting a run's tables, if anything; a run that can go on
+/// names the command that resumes it.
+fn notice(run: &Run) -> Option<String> {
+    let m = &run.manifest;
+    let resume = format!("rigrun run --resume {}", run.dir.display());
     let writer = m
         .process
         .as_ref()
@@ -82,11 +124,12 @@ fn notice(m: &crate::store::Manifest) -> Option<String> {
         }
         Status::Interrupted if m.abandoned => format!(
             "run {id} was left running by {writer}, which no longer exists: it is shown as \
-             interrupted, with everything it measured"
+             interrupted, with everything it measured; go on with: {resume}"
         ),
-        Status::Interrupted => {
-            format!("run {id} was interrupted: it shows what it measured before; what came after did not run")
-        }
+        Status::Interrupted => format!(
+            "run {id} was interrupted: it shows what it measured before; what came after did not \
+             run; go on with: {resume}"
+        ),
         Status::Failed if failed.is_empty() => format!("run {id} failed"),
         Status::Failed => format!("run {id} failed: {}", failed.join("; ")),
     })

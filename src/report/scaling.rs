@@ -225,6 +225,7 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
                 Cell::Failed { reason } => Outcome::stopped("failed", reason),
                 Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
                 Cell::Missing
+                | Cell::NotRun { .. }
                 | Cell::Label { .. }
                 | Cell::Ratio { .. }
                 | Cell::Change { .. }

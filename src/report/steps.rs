@@ -104,12 +104,11 @@ pub fn is_main_step(groups: &[StepRecords], step: &StepRecords) -> bool {
     !is_fetched(step) || !groups.iter().any(measuring_sweep)
 }
 
-/// Whether any record of the group is a run-sweep measurement (not a fetched file).
+/// Whether the group's records are fetched files (not run-sweep measurements); a group without
+/// records (a sweep that never ran) is not.
 pub fn is_fetched(step: &StepRecords) -> bool {
-    step.rows
-        .values()
-        .flat_map(|h| h.values().flatten())
-        .all(|r| r.point.contains_key("file"))
+    let mut records = step.rows.values().flat_map(|h| h.values().flatten()).peekable();
+    records.peek().is_some() && records.all(|r| r.point.contains_key("file"))
 }
 
 #[cfg(test)]
@@ -130,6 +129,7 @@ mod tests {
             metrics: metrics.as_object().cloned().unwrap_or_default(),
             status,
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
+            attempt: 1,
         }
     }
 

@@ -627,7 +627,14 @@ fn record_file(ctx: &HostCtx, step: &PlannedStep, rel: &Path, data: &[u8]) -> us
         }
     };
     for metrics in &objects {
-        ctx.record(step, &point, metrics.clone(), RecordStatus::Ok, None);
+        ctx.record(
+            step,
+            &point,
+            step.attempt,
+            metrics.clone(),
+            RecordStatus::Ok,
+            None,
+        );
     }
     objects.len()
 }

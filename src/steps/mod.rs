@@ -46,6 +46,9 @@ pub struct HostCtx {
     pub workdir: String,
     /// Servers started by `start-server`, stopped when the host's playbook ends.
     pub servers: Vec<BackgroundServer>,
+    /// What is left to do on the host: in a resumed run, which sweep points run as which
+    /// attempt (everything, as attempt 1, in a new run).
+    pub work: Arc<crate::resume::HostWork>,
 }
 
 /// What a step reports when it ends.
@@ -120,10 +123,12 @@ impl HostCtx {
         RunDir::step_dir(&self.run_dir, &self.host, step.index, &step.name)
     }
 
+    /// Emits a record of `step` at `point`, made by attempt `attempt` of the point.
     pub fn record(
         &self,
         step: &PlannedStep,
         point: &IndexMap<String, Json>,
+        attempt: u32,
         metrics: serde_json::Map<String, Json>,
         status: RecordStatus,
         reason: Option<String>,
@@ -137,6 +142,7 @@ impl HostCtx {
             metrics,
             status,
             reason,
+            attempt,
         }));
     }
 }

@@ -1,150 +1,326 @@
 //! `run-sweep`: the command once per matrix point. Every stdout line that is a JSON object becomes
 //! a record the moment it arrives; a failed point is recorded with its exit code and stderr tail.
+//! Each run of a point is an attempt (numbered in its records and events): a failed attempt is
+//! retried when the step says `retries: N`, a lost host's once; a resumed run runs only the
+//! points its host's work names (see `crate::resume`).
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::{json, Value as Json};
 
+use super::command::CommandEnd;
 use super::record_line::{self, Line};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
-use crate::config::steps::run_sweep::RunSweepPlan;
+use crate::config::steps::backoff;
+use crate::config::steps::run_sweep::{Point, RunSweepPlan};
 use crate::events::{Event, RecordStatus, Status};
 use crate::plan::PlannedStep;
+use crate::resume::{Kept, PointWork};
 use crate::store::slug;
 
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
-    let (mut ok, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
+    let mut tally = Tally::default();
     for (n, point) in plan.points.iter().enumerate() {
         let label = point.label();
-        if let Some(reason) = &point.skip {
-            skipped += 1;
-            ctx.record(
-                step,
-                &point.values,
-                Default::default(),
-                RecordStatus::Skipped,
-                Some(reason.clone()),
-            );
-            finish_point(
-                ctx,
-                step,
-                &label,
-                RecordStatus::Skipped,
-                None,
-                Some(reason.clone()),
-                Instant::now(),
-            );
-            continue;
+        let outcome = match ctx.work.point(step.index, &label) {
+            // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
+            PointWork::Keep { kept, .. } => Outcome::of(kept),
+            PointWork::Run { attempt } => match &point.skip {
+                Some(reason) => skip(ctx, step, point, attempt, reason),
+                None => {
+                    let at = Attempts {
+                        dir: &dir,
+                        n,
+                        first: attempt,
+                    };
+                    run_point(ctx, step, plan, point, at).await?
+                }
+            },
+        };
+        let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && plan.stop_on_failure;
+        tally.add(&label, outcome);
+        if stop {
+            break;
         }
+    }
+    Ok(tally.outcome(plan))
+}
+
+/// How a point ended: run now (`fresh`) or kept from an earlier attempt.
+enum Outcome {
+    Ok,
+    Failed { reason: String, fresh: bool },
+    Skipped,
+}
+
+impl Outcome {
+    fn of(kept: Kept) -> Outcome {
+        match kept {
+            Kept::Ok => Outcome::Ok,
+            Kept::Failed { reason } => Outcome::Failed { reason, fresh: false },
+            Kept::Skipped => Outcome::Skipped,
+        }
+    }
+}
+
+/// The sweep's points counted by how they ended, for its outcome.
+#[derive(Default)]
+struct Tally {
+    ok: usize,
+    skipped: usize,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, label: &str, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => self.ok += 1,
+            Outcome::Skipped => self.skipped += 1,
+            Outcome::Failed { reason, .. } => self.failed.push(format!("{label}: {reason}")),
+        }
+    }
+
+    fn outcome(self, plan: &RunSweepPlan) -> StepOutcome {
+        let total = plan.points.len();
+        let details =
+            json!({ "points": total, "ok": self.ok, "failed": self.failed.len(), "skipped": self.skipped });
+        if self.failed.is_empty() {
+            return StepOutcome::ok(details);
+        }
+        let error = format!(
+            "{} of {total} points failed ({})",
+            self.failed.len(),
+            self.failed.join("; ")
+        );
+        StepOutcome {
+            status: Status::Failed,
+            error: Some(error),
+            details,
+            provides: Default::default(),
+            // Later steps (fetching what was measured) still run unless told to stop.
+            stop_host: plan.stop_on_failure,
+        }
+    }
+}
+
+/// A point `skip_if` skips: recorded with the reason.
+fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, attempt: u32, reason: &str) -> Outcome {
+    let at = (point.label(), attempt);
+    ctx.record(
+        step,
+        &point.values,
+        attempt,
+        Default::default(),
+        RecordStatus::Skipped,
+        Some(reason.to_string()),
+    );
+    let end = PointEnd {
+        status: RecordStatus::Skipped,
+        exit_code: None,
+        reason: Some(reason.to_string()),
+    };
+    finish_point(ctx, step, &at, end, Instant::now());
+    Outcome::Skipped
+}
+
+/// Where a point's attempts keep their logs, and the attempt to start with.
+#[derive(Clone, Copy)]
+struct Attempts<'a> {
+    dir: &'a Path,
+    /// The point's place in the sweep, from 0.
+    n: usize,
+    first: u32,
+}
+
+impl Attempts<'_> {
+    /// `<NNN>-<point>` for the first attempt (as runs before attempts were counted), then
+    /// `<NNN>-<point>-attempt<k>`, so that no attempt's logs overwrite another's.
+    fn log_base(&self, label: &str, attempt: u32) -> PathBuf {
+        let base = format!("{:03}-{}", self.n + 1, slug(label));
+        match attempt {
+            1 => self.dir.join(base),
+            k => self.dir.join(format!("{base}-attempt{k}")),
+        }
+    }
+
+    /// The name of the attempt's detached job on the host: the same for the same attempt, so
+    /// that a resumed run attaches to a command still running there instead of starting it
+    /// twice.
+    fn job(&self, step_index: usize, attempt: u32) -> String {
+        format!("s{:02}-p{:03}-a{attempt}", step_index + 1, self.n + 1)
+    }
+}
+
+/// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
+/// [`backoff`] between attempts); a lost connection is run again once as a new attempt, and
+/// lost a second time ends the host (the error). Every attempt that does not end the point is
+/// recorded failed, with its reason and what comes next.
+async fn run_point(
+    ctx: &HostCtx,
+    step: &PlannedStep,
+    plan: &RunSweepPlan,
+    point: &Point,
+    at: Attempts<'_>,
+) -> Result<Outcome> {
+    let label = point.label();
+    let (mut attempt, mut retried, mut rerun_lost) = (at.first, 0, false);
+    loop {
         let started = Instant::now();
         ctx.emit(Event::PointStarted {
             host: ctx.host.clone(),
             step: step.name.clone(),
             point: label.clone(),
+            step_index: Some(step.index),
+            attempt,
         });
-        let log_base = dir.join(format!("{:03}-{}", n + 1, slug(&label)));
-        let mut line_number = 0;
-        let mut on_stdout = |line: StdoutLine| {
-            line_number += 1;
-            let text = match line {
-                StdoutLine::Text(text) => text,
-                StdoutLine::Overlong { record_like: false } => {
-                    return too_long(ctx, step, &label, line_number);
-                }
-                StdoutLine::Overlong { .. } => "",
-            };
-            match read_line(line) {
-                Line::Record(metrics) => ctx.record(step, &point.values, metrics, RecordStatus::Ok, None),
-                Line::Unreadable(why) => {
-                    unreadable(ctx, step, &point.values, &label, line_number, text, &why)
-                }
-                Line::Log => {}
+        let this = (label.clone(), attempt);
+        let job = at.job(step.index, attempt);
+        let ended = run_attempt(ctx, step, point, &at.log_base(&label, attempt), &job, attempt).await;
+        let (why, end) = match ended {
+            Err(e) if crate::transport::is_lost(&e) && !rerun_lost => {
+                rerun_lost = true;
+                let why = format!("the host was lost ({e:#}); run again as attempt {}", attempt + 1);
+                failed(ctx, step, point, &this, &why, None, started);
+                attempt += 1;
+                continue;
             }
+            Err(e) => return Err(e),
+            Ok(end) => match end.failure(step.timeout) {
+                None => {
+                    let end = PointEnd {
+                        status: RecordStatus::Ok,
+                        exit_code: end.exit_code,
+                        reason: None,
+                    };
+                    finish_point(ctx, step, &this, end, started);
+                    return Ok(Outcome::Ok);
+                }
+                Some(why) => (why, end),
+            },
         };
-        let job = format!("s{:02}-p{:03}", step.index + 1, n + 1);
-        let end = run_logged(
-            ctx,
-            &job,
-            &point.command,
-            &format!("{} {label}", step.name),
-            &log_base,
-            step.timeout,
-            &mut on_stdout,
-        )
-        .await?;
-        match end.failure(step.timeout) {
-            None => {
-                ok += 1;
-                finish_point(ctx, step, &label, RecordStatus::Ok, end.exit_code, None, started);
-            }
-            Some(why) => {
-                let mut metrics = serde_json::Map::new();
-                if let Some(code) = end.exit_code {
-                    metrics.insert("exit_code".into(), code.into());
-                }
-                metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
-                ctx.record(
-                    step,
-                    &point.values,
-                    metrics,
-                    RecordStatus::Failed,
-                    Some(why.clone()),
-                );
-                finish_point(
-                    ctx,
-                    step,
-                    &label,
-                    RecordStatus::Failed,
-                    end.exit_code,
-                    Some(why.clone()),
-                    started,
-                );
-                failed.push(format!("{label}: {why}"));
-                if plan.stop_on_failure {
-                    break;
-                }
-            }
+        if retried == plan.retries {
+            failed(ctx, step, point, &this, &why, Some(&end), started);
+            return Ok(Outcome::Failed {
+                reason: why,
+                fresh: true,
+            });
         }
+        retried += 1;
+        let wait = backoff(retried);
+        let next = format!(
+            "{why}; retry {retried} of {} in {} (attempt {})",
+            plan.retries,
+            super::human(wait),
+            attempt + 1
+        );
+        failed(ctx, step, point, &this, &next, Some(&end), started);
+        tokio::time::sleep(wait).await;
+        attempt += 1;
     }
-    let details =
-        json!({ "points": plan.points.len(), "ok": ok, "failed": failed.len(), "skipped": skipped });
-    if failed.is_empty() {
-        return Ok(StepOutcome::ok(details));
-    }
-    let error = format!(
-        "{} of {} points failed ({})",
-        failed.len(),
-        plan.points.len(),
-        failed.join("; ")
-    );
-    Ok(StepOutcome {
-        status: Status::Failed,
-        error: Some(error),
-        details,
-        provides: Default::default(),
-        // Later steps (fetching what was measured) still run unless told to stop.
-        stop_host: plan.stop_on_failure,
-    })
 }
 
-fn finish_point(
+/// One attempt at a point: its command run, every JSON-object line of its stdout recorded as
+/// `attempt` the moment it arrives. `attempt` is known before the command starts, so that the
+/// transport can key the command's job on the host by (run, step, point, attempt).
+async fn run_attempt(
     ctx: &HostCtx,
     step: &PlannedStep,
-    label: &str,
+    point: &Point,
+    log_base: &Path,
+    job: &str,
+    attempt: u32,
+) -> Result<CommandEnd> {
+    let label = point.label();
+    let mut line_number = 0;
+    let mut on_stdout = |line: StdoutLine| {
+        line_number += 1;
+        let text = match line {
+            StdoutLine::Text(text) => text,
+            StdoutLine::Overlong { record_like: false } => {
+                return too_long(ctx, step, &label, line_number);
+            }
+            StdoutLine::Overlong { .. } => "",
+        };
+        match read_line(line) {
+            Line::Record(metrics) => {
+                ctx.record(step, &point.values, attempt, metrics, RecordStatus::Ok, None)
+            }
+            Line::Unreadable(why) => {
+                let at = (label.as_str(), attempt, line_number);
+                unreadable(ctx, step, &point.values, at, text, &why)
+            }
+            Line::Log => {}
+        }
+    };
+    let shown = format!("{} {label}", step.name);
+    run_logged(
+        ctx,
+        job,
+        &point.command,
+        &shown,
+        log_base,
+        step.timeout,
+        &mut on_stdout,
+    )
+    .await
+}
+
+/// An attempt that failed: recorded with its exit code and stderr tail (when the command ran)
+/// and `why`.
+fn failed(
+    ctx: &HostCtx,
+    step: &PlannedStep,
+    point: &Point,
+    at: &(String, u32),
+    why: &str,
+    end: Option<&CommandEnd>,
+    started: Instant,
+) {
+    let mut metrics = serde_json::Map::new();
+    if let Some(end) = end {
+        if let Some(code) = end.exit_code {
+            metrics.insert("exit_code".into(), code.into());
+        }
+        metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
+    }
+    let reason = Some(why.to_string());
+    ctx.record(
+        step,
+        &point.values,
+        at.1,
+        metrics,
+        RecordStatus::Failed,
+        reason.clone(),
+    );
+    let end = PointEnd {
+        status: RecordStatus::Failed,
+        exit_code: end.and_then(|e| e.exit_code),
+        reason,
+    };
+    finish_point(ctx, step, at, end, started);
+}
+
+/// How an attempt at a point ended, as its `point_finished` event says.
+struct PointEnd {
     status: RecordStatus,
     exit_code: Option<i32>,
     reason: Option<String>,
-    started: Instant,
-) {
+}
+
+/// `at` is the point's label and the attempt.
+fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, u32), end: PointEnd, started: Instant) {
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
-        point: label.to_string(),
-        status,
-        exit_code,
-        reason,
+        point: at.0.clone(),
+        step_index: Some(step.index),
+        attempt: at.1,
+        status: end.status,
+        exit_code: end.exit_code,
+        reason: end.reason,
         seconds: started.elapsed().as_secs_f64(),
     });
 }
@@ -179,8 +355,7 @@ fn unreadable(
     ctx: &HostCtx,
     step: &PlannedStep,
     point: &crate::point::Values,
-    label: &str,
-    number: usize,
+    (label, attempt, number): (&str, u32, usize),
     line: &str,
     why: &str,
 ) {
@@ -195,7 +370,7 @@ fn unreadable(
     });
     let mut metrics = serde_json::Map::new();
     record_line::mark_invalid(&mut metrics, vec![what]);
-    ctx.record(step, point, metrics, RecordStatus::Ok, None);
+    ctx.record(step, point, attempt, metrics, RecordStatus::Ok, None);
 }
 
 /// A line that is a JSON object is a record (repaired when it held non-finite numbers).

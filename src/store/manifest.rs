@@ -36,6 +36,14 @@ pub struct Manifest {
     /// one whose writer died (crashed, SIGKILLed, its machine rebooted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
+    /// When `rigrun run --resume` went on with the run, once per resume: the run took one
+    /// attempt more than this list is long.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<DateTime<Utc>>,
+    /// The directory the run was started from, so that a resume reads the playbook's relative
+    /// paths (its own file, scripts) as the first run did, from wherever it is started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// Set by the reader: left `running` by a process that no longer exists (so interrupted).
     #[serde(skip)]
     pub abandoned: bool,
@@ -120,6 +128,9 @@ pub struct StepEntry {
     pub index: usize,
     pub name: String,
     pub kind: String,
+    /// The how-manyth time the step ran on the host (a resumed run runs some steps again).
+    #[serde(default = "crate::events::first_attempt")]
+    pub attempt: u32,
     pub status: Status,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -133,6 +144,12 @@ impl Manifest {
     /// Folds one event into the manifest; returns whether anything changed worth rewriting.
     pub fn apply(&mut self, event: &Event, now: DateTime<Utc>) -> bool {
         match event {
+            Event::RunResumed { pid, machine, .. } => self.resume(*pid, machine, now),
+            Event::HostConnecting { host } => {
+                // The host's status says how its latest attempt ended.
+                let entry = self.host(host);
+                (entry.status, entry.failed_step, entry.error) = (None, None, None);
+            }
             Event::HostConnected { host, facts } => {
                 self.host(host).facts = facts.clone();
             }
@@ -141,11 +158,13 @@ impl Manifest {
                 index,
                 name,
                 kind,
+                attempt,
             } => {
                 self.host(host).steps.push(StepEntry {
                     index: *index,
                     name: name.clone(),
                     kind: kind.clone(),
+                    attempt: *attempt,
                     status: Status::Running,
                     started_at: now,
                     finished_at: None,
@@ -188,6 +207,23 @@ impl Manifest {
             _ => return false,
         }
         true
+    }
+
+    /// A resume: the run goes on, written by this process.
+    fn resume(&mut self, pid: u32, machine: &str, now: DateTime<Utc>) {
+        self.status = Status::Running;
+        self.finished_at = None;
+        self.abandoned = false;
+        self.process = Some(Process {
+            pid,
+            host: machine.to_string(),
+        });
+        self.resumed.push(now);
+    }
+
+    /// How many times a rigrun process worked on the run: 1, plus one per resume.
+    pub fn attempts(&self) -> usize {
+        1 + self.resumed.len()
     }
 
     fn host(&mut self, host: &str) -> &mut HostEntry {
@@ -246,6 +282,8 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         references: config.references.clone(),
         journaled: 0,
         process: Some(Process::this()),
+        resumed: Vec::new(),
+        cwd: std::env::current_dir().ok().map(|d| d.display().to_string()),
         abandoned: false,
     }
 }

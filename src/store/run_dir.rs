@@ -80,6 +80,39 @@ impl RunDir {
         Ok(dir)
     }
 
+    /// Opens an existing run directory to go on writing it (`rigrun run --resume`): its
+    /// manifest as the journal has it, and the journals appended to. A line cut short at the
+    /// end of a journal (the writer killed mid-write) is cut off first, so that the next line
+    /// starts on a line of its own.
+    pub fn reopen(path: &Path) -> Result<RunDir> {
+        let mut manifest = read_manifest(path)?;
+        let mut lines = 0;
+        for name in ["events.jsonl", "records.jsonl"] {
+            let whole = cut_partial_line(&path.join(name))?;
+            if name == "events.jsonl" {
+                lines = whole;
+            }
+        }
+        // What run.json is rewritten with from now on has folded in the whole journal.
+        manifest.journaled = lines;
+        let open = |name: &str| {
+            OpenOptions::new()
+                .append(true)
+                .open(path.join(name))
+                .with_context(|| format!("cannot append to {}", path.join(name).display()))
+        };
+        Ok(RunDir {
+            events: open("events.jsonl")?,
+            records: open("records.jsonl")?,
+            path: path.to_path_buf(),
+            manifest,
+            dirty: true,
+            written_at: Instant::now(),
+            manifest_bytes: 0,
+            journal_since: 0,
+        })
+    }
+
     /// A run id that does not exist yet under `runs_dir`: `<UTC time>-<name>`.
     pub fn new_run_id(runs_dir: &Path, name: &str, at: DateTime<Utc>) -> String {
         let base = format!("{}-{}", at.format("%Y%m%dT%H%M%SZ"), slug(name));
@@ -219,6 +252,32 @@ fn replay_journal(dir: &Path, manifest: &mut Manifest) {
     }
 }
 
+/// Cuts off a last line without its newline; returns how many whole lines the file holds.
+fn cut_partial_line(path: &Path) -> Result<u64> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    if whole < bytes.len() {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        file.set_len(whole as u64)?;
+    }
+    Ok(bytes[..whole].iter().filter(|&&b| b == b'\n').count() as u64)
+}
+
+/// Every event of a run's journal that can be read, in order (a damaged line is passed over).
+pub fn read_events(dir: &Path) -> Result<Vec<Event>> {
+    let path = dir.join("events.jsonl");
+    let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let events = BufReader::new(file)
+        .split(b'\n')
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_slice::<Event>(&line).ok())
+        .collect();
+    Ok(events)
+}
+
 /// Reads `records.jsonl`. A line that is not a record (cut short by a full disk, a crash or a
 /// kill mid-write, or garbled) is skipped with a warning on stderr naming the file and line;
 /// everything intact is read.
@@ -330,6 +389,7 @@ mod tests {
             index: 0,
             name: "shell".into(),
             kind: "shell".into(),
+            attempt: 1,
         })
         .unwrap();
         // Killed here: run.json was written when the run was created, not since.

@@ -365,8 +365,12 @@ impl Sshd {
     /// the commands those sessions started in their own process groups live on.
     pub fn kill_with_sessions(&mut self, netns: &Netns) {
         self.stop();
-        for (pid, _) in netns.processes("sshd") {
-            let _ = Command::new("kill").args(["-9", &pid]).status();
+        let servers = netns.processes("sshd");
+        let sshd = servers
+            .iter()
+            .filter(|(_, cmd)| cmd.starts_with(SSHD) || cmd.starts_with("sshd:"));
+        for (pid, _) in sshd {
+            let _ = Command::new("kill").args(["-9", pid]).status();
         }
     }
 

@@ -7,6 +7,8 @@ mod bench_support;
 mod common;
 #[path = "../reporting/mod.rs"]
 mod reporting;
+#[path = "../resume_support/mod.rs"]
+mod resume_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
@@ -17,6 +19,7 @@ mod report;
 mod report_compare;
 mod report_facts;
 mod report_references;
+mod resume;
 mod shipped_playbooks;
 mod sim_http;
 mod sim_model;

@@ -4,9 +4,12 @@
 mod bench_support;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../resume_support/mod.rs"]
+mod resume_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
 mod bench_sweep;
 mod fetch_results;
+mod resume;
 mod ssh_run;

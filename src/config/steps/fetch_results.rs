@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::{yes, Describe, Plans, StepKind};
+use super::{yes, Describe, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
 use crate::config::playbook::{Quoting, Text};
 use crate::config::render::{RenderError, Renderer};
@@ -36,6 +36,10 @@ pub struct FetchResultsPlan {
 impl StepKind for FetchResults {
     fn templates(&self) -> Vec<(&Text, Quoting)> {
         vec![(&self.src, Quoting::Plain)]
+    }
+
+    fn on_resume(&self) -> OnResume {
+        OnResume::Collect
     }
 }
 

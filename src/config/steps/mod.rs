@@ -29,6 +29,47 @@ pub use run_sweep::Point;
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
 pub const DEFAULT_SERVER_WAIT: Duration = Duration::from_secs(30);
 
+/// The most retries a step may ask for: with the backoff (1 s doubling to at most
+/// [`MAX_BACKOFF`]) that is minutes of waiting, beyond which a failing command is broken, not
+/// unlucky.
+pub const MAX_RETRIES: u32 = 10;
+
+/// The longest wait between two attempts of a failing command.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The wait before retry `n` (from 1): 1 s, 2 s, 4 s, … at most [`MAX_BACKOFF`].
+pub fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(MAX_BACKOFF)
+}
+
+/// `retries:` as written, checked against [`MAX_RETRIES`].
+pub fn retries(r: &Renderer, written: &Option<Spanned<u32>>) -> Result<u32, RenderError> {
+    match written {
+        Some(n) if n.value > MAX_RETRIES => Err(r.error(
+            n,
+            format!(
+                "retries: {} is too many: at most {MAX_RETRIES} (each waits longer, up to {}s)",
+                n.value,
+                MAX_BACKOFF.as_secs()
+            ),
+        )),
+        Some(n) => Ok(n.value),
+        None => Ok(0),
+    }
+}
+
+/// What `rigrun run --resume` does with a step that already ran (see `crate::resume`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnResume {
+    /// It sets up what later steps need (a server checked or started, a script copied, a
+    /// command): it runs again whenever a later step still has work.
+    Setup,
+    /// It measures, point by point: only its points without a result run again.
+    Measure,
+    /// It collects what earlier steps produced: it runs again whenever an earlier step has work.
+    Collect,
+}
+
 /// A sweep's matrix as written: axis → values.
 pub type Matrix = IndexMap<String, Spanned<Vec<Json>>>;
 
@@ -56,6 +97,11 @@ pub trait StepKind {
     /// Expected values for the step's points, with the matrix that names those points.
     fn references(&self) -> Option<(&References, &Matrix)> {
         None
+    }
+
+    /// What a resumed run does with the step once it has run.
+    fn on_resume(&self) -> OnResume {
+        OnResume::Setup
     }
 }
 

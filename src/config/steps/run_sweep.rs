@@ -6,7 +6,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::{Describe, Matrix, Plans, StepKind};
+use super::{Describe, Matrix, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
 use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
@@ -32,6 +32,8 @@ pub struct RunSweep {
     pub command: Text,
     #[serde(default)]
     pub stop_on_failure: bool,
+    /// How many times a point whose command failed is run again (waiting 1 s, 2 s, 4 s, …).
+    pub retries: Option<serde_saphyr::Spanned<u32>>,
     /// Expected values per host and point (see `config::reference`).
     #[serde(default)]
     pub references: References,
@@ -42,6 +44,8 @@ pub struct RunSweep {
 pub struct RunSweepPlan {
     pub points: Vec<Point>,
     pub stop_on_failure: bool,
+    /// Attempts after a failed one, per point (see `super::backoff`).
+    pub retries: u32,
 }
 
 /// One point of a sweep: its matrix values and either a command or the reason it is skipped.
@@ -78,6 +82,10 @@ impl StepKind for RunSweep {
     fn references(&self) -> Option<(&References, &Matrix)> {
         Some((&self.references, &self.matrix))
     }
+
+    fn on_resume(&self) -> OnResume {
+        OnResume::Measure
+    }
 }
 
 impl Plans for RunSweep {
@@ -99,6 +107,7 @@ impl Plans for RunSweep {
         Ok(RunSweepPlan {
             points,
             stop_on_failure: self.stop_on_failure,
+            retries: super::retries(r, &self.retries)?,
         })
     }
 }
@@ -160,7 +169,11 @@ impl RunSweep {
 
 impl Describe for RunSweepPlan {
     fn describe(&self, out: &mut String, head: &str) {
-        let _ = writeln!(out, "{head}: {} points", self.points.len());
+        let retries = match self.retries {
+            0 => String::new(),
+            n => format!(" (a failed point is retried up to {n} times)"),
+        };
+        let _ = writeln!(out, "{head}: {} points{retries}", self.points.len());
         for p in &self.points {
             let label = p.label();
             let _ = match (&p.skip, &p.pending) {

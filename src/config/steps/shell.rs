@@ -16,12 +16,16 @@ pub struct Shell {
     pub name: Option<String>,
     pub timeout: Option<Dur>,
     pub command: Text,
+    /// How many times a failed command is run again (waiting 1 s, 2 s, 4 s, …).
+    pub retries: Option<serde_saphyr::Spanned<u32>>,
 }
 
 /// Planned for one host.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShellPlan {
     pub command: String,
+    /// Attempts after a failed one (see `super::backoff`).
+    pub retries: u32,
 }
 
 impl StepKind for Shell {
@@ -36,12 +40,16 @@ impl Plans for Shell {
     fn plan(&self, r: &Renderer) -> Result<ShellPlan, RenderError> {
         Ok(ShellPlan {
             command: r.render(&self.command, Quoting::Shell)?,
+            retries: super::retries(r, &self.retries)?,
         })
     }
 }
 
 impl Describe for ShellPlan {
     fn describe(&self, out: &mut String, head: &str) {
-        let _ = writeln!(out, "{head}: $ {}", self.command);
+        let _ = match self.retries {
+            0 => writeln!(out, "{head}: $ {}", self.command),
+            n => writeln!(out, "{head}: $ {}  (retried up to {n} times)", self.command),
+        };
     }
 }

@@ -1,0 +1,163 @@
+//! A run's journal read back as what happened to each host's steps and sweep points: how many
+//! times each ran and how its latest attempt ended.
+
+use std::collections::HashMap;
+
+use crate::events::{Event, RecordStatus, Status};
+
+/// How the latest attempt at a point ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ended {
+    /// It finished; `invalid` when one of its records was marked `valid: false`.
+    Ok {
+        invalid: bool,
+    },
+    Failed {
+        reason: String,
+    },
+    Skipped,
+}
+
+/// A point's latest attempt: its number, and how it ended (None: started, never finished).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointPast {
+    pub attempt: u32,
+    pub ended: Option<Ended>,
+    /// One of the attempt's records so far is marked invalid.
+    invalid: bool,
+}
+
+/// A step's latest attempt on a host: its number and how it ended (None: never finished).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepPast {
+    pub attempts: u32,
+    pub status: Option<Status>,
+    pub error: Option<String>,
+}
+
+/// What the journal says happened on one host.
+#[derive(Clone, Debug, Default)]
+pub struct HostHistory {
+    steps: HashMap<usize, StepPast>,
+    /// By step index and point label.
+    points: HashMap<(usize, String), PointPast>,
+    /// The step the host was running, for events journaled without their step's index.
+    current: usize,
+}
+
+impl HostHistory {
+    pub fn step(&self, index: usize) -> Option<&StepPast> {
+        self.steps.get(&index)
+    }
+
+    pub fn point(&self, step: usize, label: &str) -> Option<&PointPast> {
+        self.points.get(&(step, label.to_string()))
+    }
+
+    /// Folds one of the host's events in.
+    fn apply(&mut self, event: &Event) {
+        match event {
+            Event::StepStarted { index, attempt, .. } => {
+                self.current = *index;
+                let step = self.steps.entry(*index).or_default();
+                *step = StepPast {
+                    attempts: step.attempts.max(*attempt),
+                    status: None,
+                    error: None,
+                };
+            }
+            Event::StepFinished {
+                index, status, error, ..
+            } => {
+                let step = self.steps.entry(*index).or_default();
+                (step.status, step.error) = (Some(*status), error.clone());
+            }
+            Event::PointStarted {
+                point,
+                step_index,
+                attempt,
+                ..
+            } => {
+                let key = (step_index.unwrap_or(self.current), point.clone());
+                self.started(key, *attempt);
+            }
+            Event::PointFinished {
+                point,
+                step_index,
+                attempt,
+                status,
+                reason,
+                ..
+            } => {
+                let key = (step_index.unwrap_or(self.current), point.clone());
+                self.finished(key, *attempt, *status, reason.clone());
+            }
+            Event::Record(record) if record.status == RecordStatus::Ok && record.is_invalid() => {
+                let key = (record.step_index, crate::point::label(&record.point));
+                if let Some(past) = self.points.get_mut(&key) {
+                    past.invalid |= past.attempt == record.attempt;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn started(&mut self, key: (usize, String), attempt: u32) {
+        let past = self.points.entry(key).or_insert(PointPast {
+            attempt,
+            ended: None,
+            invalid: false,
+        });
+        if attempt >= past.attempt {
+            *past = PointPast {
+                attempt,
+                ended: None,
+                invalid: past.invalid && past.attempt == attempt,
+            };
+        }
+    }
+
+    fn finished(&mut self, key: (usize, String), attempt: u32, status: RecordStatus, reason: Option<String>) {
+        // A skipped point finishes without having started.
+        let past = self.points.entry(key).or_insert(PointPast {
+            attempt,
+            ended: None,
+            invalid: false,
+        });
+        if attempt != past.attempt {
+            return;
+        }
+        past.ended = Some(match status {
+            RecordStatus::Ok => Ended::Ok {
+                invalid: past.invalid,
+            },
+            RecordStatus::Failed => Ended::Failed {
+                reason: reason.unwrap_or_default(),
+            },
+            RecordStatus::Skipped => Ended::Skipped,
+        });
+    }
+}
+
+/// Every host's history, from a run's journal in order.
+pub fn read(events: &[Event]) -> HashMap<String, HostHistory> {
+    let mut hosts: HashMap<String, HostHistory> = HashMap::new();
+    for event in events {
+        if let Some(host) = host_of(event) {
+            hosts.entry(host.to_string()).or_default().apply(event);
+        }
+    }
+    hosts
+}
+
+/// The host an event is about, for the events that make up a history.
+fn host_of(event: &Event) -> Option<&str> {
+    match event {
+        Event::StepStarted { host, .. }
+        | Event::StepFinished { host, .. }
+        | Event::PointStarted { host, .. }
+        | Event::PointFinished { host, .. } => Some(host),
+        Event::Record(record) => Some(&record.host),
+        _ => None,
+    }
+}

@@ -1,0 +1,96 @@
+//! What is left to do in a run, for `rigrun run --resume RUN_DIR`: the configuration as it ran
+//! (`reload.rs`), what the journal says happened (`history.rs`) and, from both, each host's
+//! work (`work.rs`): which steps run again and which sweep points run as which attempt. A new
+//! run asks the same questions of an empty history, so there is one way steps and points run.
+
+mod history;
+mod reload;
+mod work;
+
+use std::path::Path;
+
+use anyhow::Result;
+use indexmap::IndexMap;
+
+pub use work::{HostWork, Kept, PointWork};
+
+use crate::config::Config;
+use crate::events::Status;
+use crate::exit::Invalid;
+use crate::store::{read_events, RunDir};
+
+/// Which finished points a resume runs again besides those that never finished.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Redo {
+    /// `--redo-failed`: points whose command ran and failed.
+    pub failed: bool,
+    /// `--redo-invalid`: points whose record was marked invalid (`valid: false`).
+    pub invalid: bool,
+}
+
+/// A run ready to go on: its directory opened for appending, its configuration as it ran,
+/// each host's work, and which session this is (2 for the first resume).
+pub struct Resumed {
+    pub dir: RunDir,
+    pub config: Config,
+    pub work: IndexMap<String, HostWork>,
+    pub session: u32,
+}
+
+impl Resumed {
+    /// Whether nothing at all is left to run.
+    pub fn is_done(&self) -> bool {
+        self.work.values().all(HostWork::is_done)
+    }
+
+    /// One line per host: what runs on it now.
+    pub fn describe(&self) -> Vec<String> {
+        self.work
+            .iter()
+            .map(|(host, work)| match work.is_done() {
+                true => format!("{host}: nothing left to run"),
+                false => format!("{host}: {} sweep points to run", work.points_to_run(&self.config)),
+            })
+            .collect()
+    }
+}
+
+/// Opens `path` to go on with its run; an [`Invalid`] error when it is not a run directory, was
+/// written by a newer rigrun, is still running, or its files changed what runs.
+pub fn open(path: &Path, redo: Redo) -> Result<Resumed> {
+    let invalid = |e: anyhow::Error| anyhow::Error::from(Invalid(format!("{e:#}")));
+    let manifest = crate::store::read_manifest(path).map_err(invalid)?;
+    if manifest.status == Status::Running {
+        let writer = manifest
+            .process
+            .as_ref()
+            .map(|p| format!("rigrun process {} on {}", p.pid, p.host))
+            .unwrap_or_else(|| "another rigrun".into());
+        return Err(Invalid(format!(
+            "run {} is still running ({writer}): stop it first (Ctrl-C), or wait for it to end",
+            manifest.run_id
+        ))
+        .into());
+    }
+    let config = reload::config_as_run(&manifest)?;
+    let mut pasts = history::read(&read_events(path).map_err(invalid)?);
+    let work = config
+        .hosts
+        .iter()
+        .map(|h| {
+            let past = pasts.remove(h).unwrap_or_default();
+            (h.clone(), HostWork::resumed(&config, past, redo))
+        })
+        .collect();
+    let session = manifest.attempts() as u32 + 1;
+    let dir = RunDir::reopen(path).map_err(invalid)?;
+    Ok(Resumed {
+        dir,
+        config,
+        work,
+        session,
+    })
+}
+
+#[cfg(test)]
+mod tests;

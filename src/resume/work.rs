@@ -1,0 +1,194 @@
+//! What one host still has to do: which steps run and, for a sweep, which points run as which
+//! attempt. A new run has an empty history, so everything runs as its first attempt.
+
+use crate::config::steps::OnResume;
+use crate::config::{Config, Step};
+use crate::events::Status;
+use crate::point;
+
+use super::history::{Ended, HostHistory};
+use super::Redo;
+
+/// What a sweep does with one of its points.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PointWork {
+    /// Run it as this attempt.
+    Run { attempt: u32 },
+    /// Its latest attempt stands; it is not run again.
+    Keep { attempt: u32, kept: Kept },
+}
+
+/// How a point that is not run again ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kept {
+    Ok,
+    Failed { reason: String },
+    Skipped,
+}
+
+/// One host's work in this run.
+#[derive(Clone, Debug)]
+pub struct HostWork {
+    past: HostHistory,
+    redo: Redo,
+    /// Per step index: whether the step runs.
+    runs: Vec<bool>,
+}
+
+impl HostWork {
+    /// A host of a new run: every step runs, every point as its first attempt.
+    pub fn fresh(config: &Config) -> HostWork {
+        HostWork {
+            past: HostHistory::default(),
+            redo: Redo::default(),
+            runs: vec![true; config.playbook.steps.len()],
+        }
+    }
+
+    /// A host of a resumed run. The rule: a step runs when it has work of its own — a sweep
+    /// with points to run (see [`HostWork::point`]), any other step that did not finish ok —
+    /// or when its kind says it must follow work elsewhere: steps that set things up
+    /// (verify-server, start-server, copy-script, shell) run again whenever a later step has
+    /// work, since that work needs the server checked or started, the script in place and the
+    /// `server` variables; fetch-results runs again whenever an earlier step has work, to
+    /// collect what it produces. Sweep points measured ok and steps with nothing to follow are
+    /// not repeated.
+    pub fn resumed(config: &Config, past: HostHistory, redo: Redo) -> HostWork {
+        let mut work = HostWork {
+            past,
+            redo,
+            runs: Vec::new(),
+        };
+        let steps = &config.playbook.steps;
+        let own: Vec<bool> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| work.has_own_work(i, step))
+            .collect();
+        work.runs = steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                own[i]
+                    || match step.as_kind().on_resume() {
+                        OnResume::Setup => own[i + 1..].contains(&true),
+                        OnResume::Collect => own[..i].contains(&true),
+                        OnResume::Measure => false,
+                    }
+            })
+            .collect();
+        work
+    }
+
+    /// Whether step `index` runs.
+    pub fn runs_step(&self, index: usize) -> bool {
+        self.runs.get(index).copied().unwrap_or(true)
+    }
+
+    /// Whether nothing is left to run on the host.
+    pub fn is_done(&self) -> bool {
+        !self.runs.contains(&true)
+    }
+
+    /// The attempt of step `index` when it starts now.
+    pub fn step_attempt(&self, index: usize) -> u32 {
+        self.past.step(index).map_or(0, |s| s.attempts) + 1
+    }
+
+    /// What to do with point `label` of step `step`. A point never started runs as attempt 1.
+    /// A point whose latest attempt started but never finished (rigrun died, the host may
+    /// not have) runs again *as the same attempt*: a command still running detached on the
+    /// host is keyed by (run, step, point, attempt), so it is re-attached rather than
+    /// started twice. A point whose latest attempt finished stands, unless it failed and
+    /// `--redo-failed` was given, or was marked invalid and `--redo-invalid` was given: then
+    /// it runs as the next attempt.
+    pub fn point(&self, step: usize, label: &str) -> PointWork {
+        let Some(past) = self.past.point(step, label) else {
+            return PointWork::Run { attempt: 1 };
+        };
+        let (attempt, next) = (
+            past.attempt,
+            PointWork::Run {
+                attempt: past.attempt + 1,
+            },
+        );
+        let keep = |kept| PointWork::Keep { attempt, kept };
+        match &past.ended {
+            None => PointWork::Run { attempt },
+            Some(Ended::Ok { invalid: true }) if self.redo.invalid => next,
+            Some(Ended::Ok { .. }) => keep(Kept::Ok),
+            Some(Ended::Failed { .. }) if self.redo.failed => next,
+            Some(Ended::Failed { reason }) => keep(Kept::Failed {
+                reason: reason.clone(),
+            }),
+            Some(Ended::Skipped) => keep(Kept::Skipped),
+        }
+    }
+
+    /// How many sweep points of the steps that run will run, for the resume's first line.
+    pub fn points_to_run(&self, config: &Config) -> usize {
+        let steps = config.playbook.steps.iter().enumerate();
+        steps
+            .filter(|(i, _)| self.runs_step(*i))
+            .flat_map(|(i, step)| labels(step).into_iter().map(move |l| (i, l)))
+            .filter(|(i, label)| matches!(self.point(*i, label), PointWork::Run { .. }))
+            .count()
+    }
+
+    /// How the host stands when nothing is left to run on it: ok, or failed at its first step
+    /// that did not end ok (a sweep: one of its points failed), with that step's error.
+    pub fn verdict(&self, config: &Config) -> (Status, Option<(String, String)>) {
+        for (i, step) in config.playbook.steps.iter().enumerate() {
+            if let Some(error) = self.failure(i, step) {
+                let label = format!("{}. {}", i + 1, step.display_name());
+                return (Status::Failed, Some((label, error)));
+            }
+        }
+        (Status::Ok, None)
+    }
+
+    /// Why step `index` did not end ok, if it did not.
+    fn failure(&self, index: usize, step: &Step) -> Option<String> {
+        if step.as_kind().on_resume() == OnResume::Measure {
+            let failed: Vec<String> = labels(step)
+                .into_iter()
+                .filter_map(|label| match self.point(index, &label) {
+                    PointWork::Keep {
+                        kept: Kept::Failed { reason },
+                        ..
+                    } => Some(format!("{label}: {reason}")),
+                    _ => None,
+                })
+                .collect();
+            return (!failed.is_empty()).then(|| failed.join("; "));
+        }
+        let past = self.past.step(index);
+        match past.and_then(|s| s.status) {
+            Some(Status::Ok | Status::Skipped) => None,
+            _ => Some(
+                past.and_then(|s| s.error.clone())
+                    .unwrap_or_else(|| "did not finish".into()),
+            ),
+        }
+    }
+
+    fn has_own_work(&self, index: usize, step: &Step) -> bool {
+        match step.as_kind().on_resume() {
+            OnResume::Measure => labels(step)
+                .iter()
+                .any(|label| matches!(self.point(index, label), PointWork::Run { .. })),
+            OnResume::Setup | OnResume::Collect => !matches!(
+                self.past.step(index).and_then(|s| s.status),
+                Some(Status::Ok | Status::Skipped)
+            ),
+        }
+    }
+}
+
+/// The labels of a sweep's points, from its matrix (known before anything is rendered).
+pub fn labels(step: &Step) -> Vec<String> {
+    match step {
+        Step::RunSweep(sweep) => point::cartesian(&sweep.matrix).iter().map(point::label).collect(),
+        _ => Vec::new(),
+    }
+}
