@@ -75,6 +75,7 @@ impl LoginNoise {
             _ => "stderr",
         };
         let cost = match self.shell_ms {
+            Some(ms) if ms < 10 => "starting it takes under 10 ms per command".to_string(),
             Some(ms) => format!("starting it takes {ms} ms per command"),
             None => format!(
                 "a trivial command takes {} ms there, round trip included",

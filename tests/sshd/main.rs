@@ -9,4 +9,5 @@ mod sim_support;
 
 mod bench_sweep;
 mod fetch_results;
+mod quiet_login;
 mod ssh_run;
