@@ -6,6 +6,7 @@
 //! host's login shell prints before our commands run is found once when connecting
 //! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 
+mod frame;
 mod local;
 pub mod login_noise;
 mod lost;

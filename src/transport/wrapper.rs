@@ -3,13 +3,16 @@
 //! Dropping an SSH channel does not stop the remote process, so the wrapper starts the command
 //! in its own session (`setsid`) and watches its own stdin, which rigrun holds open: when rigrun
 //! closes it (timeout, Ctrl-C) or the connection dies, the wrapper kills the whole process
-//! group. It also reports the command's true exit code on stderr behind a per-run marker, since
-//! the SSH layer turns some exit codes into errors that drop the output.
+//! group. It frames both streams with a random per-command marker (see `frame.rs`), so that
+//! what a login shell prints is never taken for the command's output, and reports the command's
+//! true exit code in stderr's end marker, since the SSH layer turns some exit codes into errors
+//! that drop the output.
 
 use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::frame::{Frame, Piece};
 use crate::config::template::shell_quote;
 pub use crate::events::Stream;
 
@@ -19,7 +22,7 @@ const WRAPPER: &str = include_str!("wrapper.sh");
 pub fn new_marker() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).unwrap_or_default();
-    format!("__rigrun_exit_{}__", hex::encode(bytes))
+    format!("__rigrun_{}__", hex::encode(bytes))
 }
 
 /// The arguments after `sh -c` that run `command` under the wrapper.
@@ -124,71 +127,106 @@ impl Lines {
     }
 }
 
-/// Reads both output streams until they close, passing on what they print, and returns the
-/// exit code the wrapper reported (None when it never reported one: the connection broke).
-pub async fn drive(
+/// One stream as a command's output: its frame (see `frame.rs`) and its lines.
+#[derive(Default)]
+pub(crate) struct StreamReader {
+    lines: Lines,
+    /// Bytes of the command's output seen on this stream, across every channel that carried it.
+    pub content_bytes: u64,
+}
+
+impl StreamReader {
+    /// Feeds what a channel carried through `frame`, handing on the command's output as lines
+    /// and returning the end marker's trailer when it came.
+    pub(crate) fn push(
+        &mut self,
+        frame: &mut Frame,
+        data: Option<&[u8]>,
+        stream: Stream,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Option<String> {
+        let mut end = None;
+        let mut emit = |piece: Piece| match piece {
+            Piece::Content(bytes) => {
+                self.content_bytes += bytes.len() as u64;
+                self.lines.push(bytes, &mut |o| on_output(stream, o));
+            }
+            Piece::End(trailer) => end = Some(trailer),
+            Piece::Noise(bytes) => {
+                tracing::debug!(?stream, noise = %String::from_utf8_lossy(bytes), "login output")
+            }
+        };
+        match data {
+            Some(data) => frame.push(data, &mut emit),
+            None => frame.finish(&mut emit),
+        }
+        end
+    }
+
+    /// The command is over: a last line without its newline still counts.
+    pub(crate) fn finish(&mut self, stream: Stream, on_output: &mut (dyn FnMut(Stream, Output) + Send)) {
+        self.lines.finish(&mut |o| on_output(stream, o));
+    }
+}
+
+/// What one channel carried: the trailer of each stream's end marker (None: the stream closed
+/// without it, so the connection broke or the shell was killed).
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    pub stdout_end: Option<String>,
+    pub stderr_end: Option<String>,
+}
+
+/// Reads both framed streams of one channel until they close, feeding `readers`.
+pub(crate) async fn carry(
     mut stdout: impl AsyncRead + Unpin,
     mut stderr: impl AsyncRead + Unpin,
     marker: &str,
+    readers: &mut [StreamReader; 2],
     on_output: &mut (dyn FnMut(Stream, Output) + Send),
-) -> io::Result<Option<i32>> {
-    let (mut out_lines, mut err_lines) = (Lines::default(), Lines::default());
+) -> io::Result<Carried> {
+    let (mut out_frame, mut err_frame) = (Frame::new(marker), Frame::new(marker));
     let (mut out_chunk, mut err_chunk) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let (mut out_open, mut err_open) = (true, true);
-    let mut code = None;
+    let mut carried = Carried::default();
+    let [out_reader, err_reader] = readers;
     while out_open || err_open {
         tokio::select! {
             read = stdout.read(&mut out_chunk), if out_open => {
-                match read? {
-                    0 => {
-                        out_open = false;
-                        out_lines.finish(&mut |o| on_output(Stream::Stdout, o));
-                    }
-                    n => out_lines.push(&out_chunk[..n], &mut |o| on_output(Stream::Stdout, o)),
+                let n = read?;
+                out_open = n > 0;
+                let data = (n > 0).then(|| &out_chunk[..n]);
+                if let Some(end) = out_reader.push(&mut out_frame, data, Stream::Stdout, on_output) {
+                    carried.stdout_end = Some(end);
                 }
             }
             read = stderr.read(&mut err_chunk), if err_open => {
-                match read? {
-                    0 => {
-                        err_open = false;
-                        err_lines.finish(&mut |o| from_stderr(o, marker, &mut code, on_output));
-                    }
-                    n => err_lines.push(&err_chunk[..n], &mut |o| from_stderr(o, marker, &mut code, on_output)),
+                let n = read?;
+                err_open = n > 0;
+                let data = (n > 0).then(|| &err_chunk[..n]);
+                if let Some(end) = err_reader.push(&mut err_frame, data, Stream::Stderr, on_output) {
+                    carried.stderr_end = Some(end);
                 }
             }
         }
     }
-    Ok(code)
+    Ok(carried)
 }
 
-/// Passes stderr on, taking the wrapper's exit line out of it.
-fn from_stderr(
-    output: Output,
+/// Reads both output streams until they close, passing on what the command printed, and
+/// returns the exit code the wrapper reported (None when it never reported one: the
+/// connection broke).
+pub async fn drive(
+    stdout: impl AsyncRead + Unpin,
+    stderr: impl AsyncRead + Unpin,
     marker: &str,
-    code: &mut Option<i32>,
     on_output: &mut (dyn FnMut(Stream, Output) + Send),
-) {
-    let Output::Line(line) = output else {
-        return on_output(Stream::Stderr, output);
-    };
-    match split_marker(line, marker.as_bytes()) {
-        Some((before, rc)) => {
-            if !before.is_empty() {
-                on_output(Stream::Stderr, Output::Line(before));
-            }
-            *code = rc;
-        }
-        None => on_output(Stream::Stderr, output),
-    }
-}
-
-/// Finds the marker in a stderr line: what came before it, and the exit code after it.
-fn split_marker<'a>(line: &'a [u8], marker: &[u8]) -> Option<(&'a [u8], Option<i32>)> {
-    let at = line.windows(marker.len()).position(|w| w == marker)?;
-    let code = std::str::from_utf8(&line[at + marker.len()..])
-        .ok()
-        .and_then(|rest| rest.trim().parse().ok());
-    Some((&line[..at], code))
+) -> io::Result<Option<i32>> {
+    let mut readers: [StreamReader; 2] = Default::default();
+    let carried = carry(stdout, stderr, marker, &mut readers, on_output).await?;
+    readers[0].finish(Stream::Stdout, on_output);
+    readers[1].finish(Stream::Stderr, on_output);
+    Ok(carried.stderr_end.and_then(|rc| rc.parse().ok()))
 }
 
 /// A whole line as text for those who read lines: invalid UTF-8 replaced, `\r` dropped.
@@ -200,16 +238,6 @@ pub fn line_text(line: &[u8]) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marker_splits_partial_lines() {
-        assert_eq!(split_marker(b"__m__ 7", b"__m__"), Some((&b""[..], Some(7))));
-        assert_eq!(
-            split_marker(b"no newline__m__ 0", b"__m__"),
-            Some((&b"no newline"[..], Some(0)))
-        );
-        assert_eq!(split_marker(b"plain", b"__m__"), None);
-    }
 
     /// What `Lines` hands on for `chunks`, as (kind, bytes) with Long pieces joined per line.
     fn cut(chunks: &[&[u8]]) -> Vec<(&'static str, Vec<u8>)> {
@@ -290,6 +318,45 @@ mod tests {
         .unwrap();
         child.wait().await.unwrap();
         (lines, code)
+    }
+
+    #[tokio::test]
+    async fn what_the_login_shell_prints_is_not_the_commands() {
+        let marker = new_marker();
+        let noisy_login = format!(
+            "echo '{{\"banner\": 1}}'; printf 'no newline'; echo rc-noise >&2; {}",
+            wrapper_command_line("echo out; echo err >&2; exit 3", &marker)
+        );
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", &noisy_login])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _stdin = child.stdin.take();
+        let mut lines = Vec::new();
+        let code = drive(
+            child.stdout.take().unwrap(),
+            child.stderr.take().unwrap(),
+            &marker,
+            &mut |s, output| {
+                if let Output::Line(l) = output {
+                    lines.push((s, line_text(l).into_owned()))
+                }
+            },
+        )
+        .await
+        .unwrap();
+        child.wait().await.unwrap();
+        assert_eq!(code, Some(3));
+        assert_eq!(
+            lines,
+            [
+                (Stream::Stdout, "out".to_string()),
+                (Stream::Stderr, "err".to_string())
+            ]
+        );
     }
 
     #[tokio::test]

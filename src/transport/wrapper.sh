@@ -1,3 +1,4 @@
+printf '%s:start\n' "$2"; printf '%s:start\n' "$2" >&2
 exec 3<&0 </dev/null
 if command -v setsid >/dev/null 2>&1; then setsid sh -c "$1" & else sh -c "$1" & fi
 pid=$!
@@ -10,4 +11,4 @@ exec 3<&-
 wait "$pid"
 rc=$?
 kill "$watcher" 2>/dev/null
-printf '%s %s\n' "$2" "$rc" >&2
+printf '%s:end\n' "$2"; printf '%s:end %s\n' "$2" "$rc" >&2
