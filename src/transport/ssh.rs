@@ -187,7 +187,7 @@ impl SshTransport {
                 Err(exec) => self
                     .sftp_subsystem(&session)
                     .await
-                    .map_err(|subsystem| self.no_sftp(&subsystem, &exec))?,
+                    .map_err(|subsystem| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?,
             }
         } else {
             match self.sftp_subsystem(&session).await {
@@ -196,7 +196,7 @@ impl SshTransport {
                     tracing::info!(host = %self.host, "the sftp subsystem failed ({subsystem:#}); starting sftp-server over a command");
                     self.sftp_over_exec(&session)
                         .await
-                        .map_err(|exec| self.no_sftp(&subsystem, &exec))?
+                        .map_err(|exec| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?
                 }
             }
         };
@@ -259,21 +259,6 @@ impl SshTransport {
             "" => error,
             said => anyhow!("{said}"),
         })
-    }
-
-    /// Neither way into SFTP worked: both reasons, and what to do.
-    fn no_sftp(&self, subsystem: &anyhow::Error, exec: &anyhow::Error) -> anyhow::Error {
-        let shell = match &self.noise {
-            Some(noise) if !noise.stdout.is_empty() => format!(
-                "its login shell prints on stdout (`{}`), which corrupts the sftp subsystem",
-                noise.first_line()
-            ),
-            _ => "a login shell that prints on stdout corrupts the sftp subsystem".to_string(),
-        };
-        anyhow!(
-            "cannot open SFTP on {}: the sftp subsystem failed ({subsystem:#}) and so did              sftp-server started over a command ({exec:#}). {shell}: make ~/.bashrc (or what              prints) return early for non-interactive shells, with `[ -z \"$PS1\" ] && return` or              `case $- in *i*) ;; *) return;; esac` at its top; or set `Subsystem sftp              internal-sftp` in the host's sshd_config, which needs no shell",
-            self.host
-        )
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
@@ -522,6 +507,29 @@ fn host_says(dir: &str, bytes: usize, said: &str) -> Option<String> {
         return None;
     };
     Some(reason + "; free space or choose another `workdir:` in the inventory")
+}
+
+/// Neither way into SFTP worked: both reasons, and what to do.
+fn no_sftp(
+    host: &str,
+    noise: Option<&LoginNoise>,
+    subsystem: &anyhow::Error,
+    exec: &anyhow::Error,
+) -> anyhow::Error {
+    let shell = match noise {
+        Some(noise) if !noise.stdout.is_empty() => format!(
+            "Its login shell prints on stdout (`{}`), which corrupts the sftp subsystem",
+            noise.first_line()
+        ),
+        _ => "A login shell that prints on stdout corrupts the sftp subsystem".to_string(),
+    };
+    anyhow!(
+        "cannot open SFTP on {host}: the sftp subsystem failed ({subsystem:#}) and so did \
+         sftp-server started over a command ({exec:#}). {shell}: make ~/.bashrc (or what \
+         prints) return early for non-interactive shells, with `[ -z \"$PS1\" ] && return` or \
+         `case $- in *i*) ;; *) return;; esac` at its top; or set `Subsystem sftp internal-sftp` \
+         in the host's sshd_config, which runs no shell"
+    )
 }
 
 /// Starts sftp-server on the host after printing the marker (`$1`): the usual places first, then
@@ -807,6 +815,30 @@ mod tests {
             "ssh-keyscan -p 2222 10.0.0.7 >> '/etc/rigrun/known hosts'"
         );
         assert_eq!(KeyCommands::new("h", Some(22), None).remove, "ssh-keygen -R h");
+    }
+
+    #[test]
+    fn no_sftp_says_both_reasons_and_how_to_quiet_the_shell() {
+        let noise = LoginNoise {
+            stdout: b"Welcome to gpu\n".to_vec(),
+            ..LoginNoise::default()
+        };
+        let text = no_sftp(
+            "gpu",
+            Some(&noise),
+            &anyhow!("hello message too long"),
+            &anyhow!("no sftp-server program on the host"),
+        )
+        .to_string();
+        assert_eq!(
+            text,
+            "cannot open SFTP on gpu: the sftp subsystem failed (hello message too long) and so \
+             did sftp-server started over a command (no sftp-server program on the host). Its \
+             login shell prints on stdout (`Welcome to gpu`), which corrupts the sftp subsystem: \
+             make ~/.bashrc (or what prints) return early for non-interactive shells, with \
+             `[ -z \"$PS1\" ] && return` or `case $- in *i*) ;; *) return;; esac` at its top; or \
+             set `Subsystem sftp internal-sftp` in the host's sshd_config, which runs no shell"
+        );
     }
 
     #[test]
