@@ -1,10 +1,13 @@
 //! The inventory (`hosts.yaml`): which hosts exist, how to reach them, their labels and variables.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
+
+use super::duration::Dur;
 
 /// Variables as written in YAML: any JSON-like value.
 pub type Vars = IndexMap<String, serde_json::Value>;
@@ -36,6 +39,14 @@ pub struct HostSpec {
     pub connection: Connection,
     /// Where scripts and results live on the host.
     pub workdir: Option<String>,
+    /// How long rigrun tries to get a lost connection back (a command detached on the host goes
+    /// on meanwhile) before the host fails; [`DEFAULT_RECONNECT_FOR`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect_for: Option<Dur>,
+    /// How long a detached command outlives rigrun's silence (a crash, SIGKILL, a partition)
+    /// before the host stops it by itself; [`DEFAULT_LEASE`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Dur>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
@@ -44,6 +55,13 @@ pub struct HostSpec {
 
 /// Default working directory on a host when the inventory names none.
 pub const DEFAULT_WORKDIR: &str = "~/.rigrun";
+/// How long a lost connection is retried by default: longer than a sshd restart or a short
+/// network partition, short enough that a host that is down fails the same hour.
+pub const DEFAULT_RECONNECT_FOR: Duration = Duration::from_secs(300);
+/// How long a detached command outlives rigrun's silence by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(120);
+/// The shortest lease: the host checks it once a second and rigrun renews it every quarter.
+pub const MIN_LEASE: Duration = Duration::from_secs(4);
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -72,5 +90,13 @@ impl HostSpec {
 
     pub fn workdir(&self) -> &str {
         self.workdir.as_deref().unwrap_or(DEFAULT_WORKDIR)
+    }
+
+    pub fn reconnect_for(&self) -> Duration {
+        self.reconnect_for.map_or(DEFAULT_RECONNECT_FOR, |d| d.0)
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.lease.map_or(DEFAULT_LEASE, |d| d.0).max(MIN_LEASE)
     }
 }

@@ -99,9 +99,32 @@ fn check_host_names(config: &Config) -> Vec<ConfigError> {
         .collect()
 }
 
+/// A lease shorter than the host's check interval would stop commands that are merely running.
+fn check_leases(config: &Config) -> Vec<ConfigError> {
+    let min = super::inventory::MIN_LEASE;
+    config
+        .inventory
+        .hosts
+        .iter()
+        .filter(|(_, spec)| spec.value.lease.is_some_and(|l| l.0 < min))
+        .map(|(name, spec)| {
+            ConfigError::at(
+                &config.inventory_path,
+                &config.inventory_text,
+                &spec.referenced,
+                format!(
+                    "host `{name}`: `lease:` must be at least {}s (the host checks it every second)",
+                    min.as_secs()
+                ),
+            )
+        })
+        .collect()
+}
+
 fn check_groups(config: &Config) -> Vec<ConfigError> {
     let inv = &config.inventory;
     let mut errors = check_host_names(config);
+    errors.extend(check_leases(config));
     for members in inv.groups.values() {
         for member in members.iter().filter(|m| !inv.hosts.contains_key(&m.value)) {
             let names: Vec<&str> = inv.hosts.keys().map(String::as_str).collect();

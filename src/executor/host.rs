@@ -91,6 +91,9 @@ impl HostJob {
             servers: Vec::new(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
+        // Per host too: two inventory entries may share one machine and its workdir.
+        let jobs = format!("{}/.rigrun/jobs/{}/{}", ctx.workdir, self.run_id, self.host);
+        ctx.transport.start_jobs(&jobs).await.map_err(fail("connect"))?;
         let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts)
             .await
             .map_err(fail("upload rigrun"))?;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::HostCtx;
-use crate::transport::{line_text, Output, Stream, LINE_CAP};
+use crate::events::Event;
+use crate::transport::{line_text, Job, JobEnd, Output, Stream, LINE_CAP};
 
 /// Lines of stderr kept for the message of a failed command.
 const TAIL_LINES: usize = 8;
@@ -51,12 +52,15 @@ pub enum StdoutLine<'a> {
     },
 }
 
-/// Runs `command`, writing `<log_base>.stdout.log` and `<log_base>.stderr.log` (the bytes as
+/// Runs `command` detached on the host as job `job` (see `transport/job.rs`: it outlives a lost
+/// connection), writing `<log_base>.stdout.log` and `<log_base>.stderr.log` (the bytes as
 /// printed), emitting each line live under `label`, and handing stdout lines to `on_stdout`.
 /// Past `timeout` the command is stopped (its process group killed on the host) and
-/// `exit_code` is None. Memory stays bounded whatever the command prints.
+/// `exit_code` is None. Memory stays bounded whatever the command prints. A host lost for good
+/// is an error that [`crate::transport::is_lost`] recognises.
 pub async fn run_logged(
     ctx: &HostCtx,
+    job: &str,
     command: &str,
     label: &str,
     log_base: &Path,
@@ -98,13 +102,21 @@ pub async fn run_logged(
         }
         ctx.show_output(label, stream, &line);
     };
-    let exec = ctx.transport.exec_output(command, &mut on_output);
-    let exit_code = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, exec).await {
-            Ok(code) => Some(code?),
-            Err(_) => None,
-        },
-        None => Some(exec.await?),
+    let job = Job {
+        name: job,
+        command,
+        timeout,
+    };
+    let mut on_warning = |message: String| {
+        ctx.emit(Event::Warning {
+            host: ctx.host.clone(),
+            message: format!("{label}: {message}"),
+        })
+    };
+    let end = ctx.transport.run_job(&job, &mut on_output, &mut on_warning).await;
+    let exit_code = match end? {
+        JobEnd::Exited(code) => Some(code),
+        JobEnd::TimedOut => None,
     };
     if let Some(e) = log_error {
         // A log cut short in silence would look like output the command never printed.

@@ -63,8 +63,10 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
                 Line::Log => {}
             }
         };
+        let job = format!("s{:02}-p{:03}", step.index + 1, n + 1);
         let end = run_logged(
             ctx,
+            &job,
             &point.command,
             &format!("{} {label}", step.name),
             &log_base,

@@ -4,12 +4,12 @@
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
+use super::channel::Channel;
 use super::wrapper::{self, Output, Stream};
 use super::{unix_seconds, Streamed};
 
@@ -32,24 +32,18 @@ impl LocalTransport {
         command: &str,
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
-        let _permit = self.permits.acquire().await?;
         let marker = wrapper::new_marker();
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .args(wrapper::wrapper_args(command, &marker))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start sh on this machine")?;
-        // Held until the command ends: closing it is what stops the command (see wrapper.rs).
-        let _stdin = child.stdin.take();
-        let stdout = child.stdout.take().context("no stdout pipe")?;
-        let stderr = child.stderr.take().context("no stderr pipe")?;
-        let code = wrapper::drive(stdout, stderr, &marker, on_output).await?;
-        child.wait().await?;
+        let mut channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        // stdin is held until the command ends: closing it is what stops the command.
+        let code = wrapper::drive(&mut channel.stdout, &mut channel.stderr, &marker, on_output).await?;
+        channel.wait().await;
         code.context("the command ended without reporting its exit code (was its shell killed?)")
+    }
+
+    /// Starts `sh -c script rigrun args...` here.
+    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<Channel> {
+        let permit = self.permits.clone().acquire_owned().await?;
+        Channel::local(script, args, permit)
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {

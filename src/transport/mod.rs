@@ -6,7 +6,9 @@
 //! host's login shell prints before our commands run is found once when connecting
 //! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 
+mod channel;
 mod frame;
+mod job;
 mod local;
 pub mod login_noise;
 mod lost;
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio::sync::Semaphore;
 
+pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
 pub use lost::{is_lost, Lost};
@@ -49,7 +52,13 @@ pub struct Streamed {
 /// sshd allows 10 sessions per connection (SFTP counts); we keep a margin.
 pub const MAX_CHANNELS_PER_HOST: usize = 8;
 
-pub enum Transport {
+/// How rigrun reaches one host, and the detached jobs it runs there (see `job.rs`).
+pub struct Transport {
+    link: Link,
+    jobs: job::Jobs,
+}
+
+enum Link {
     Ssh(Box<SshTransport>),
     Local(LocalTransport),
 }
@@ -70,20 +79,24 @@ impl Transport {
         policy: KnownHostsPolicy,
         control_dir: &Path,
     ) -> Result<Transport> {
-        Ok(match spec.connection {
-            Connection::Local => Transport::Local(LocalTransport::new()),
-            Connection::Ssh => Transport::Ssh(Box::new(
+        let link = match spec.connection {
+            Connection::Local => Link::Local(LocalTransport::new()),
+            Connection::Ssh => Link::Ssh(Box::new(
                 SshTransport::connect(host, spec, policy, control_dir).await?,
             )),
+        };
+        Ok(Transport {
+            link,
+            jobs: job::Jobs::new(host, spec),
         })
     }
 
     /// What the host's login shell printed before a command ran, seen once when connecting
     /// (None when it printed nothing; a local host has no login shell).
     pub fn login_noise(&self) -> Option<&LoginNoise> {
-        match self {
-            Transport::Ssh(t) => t.login_noise(),
-            Transport::Local(_) => None,
+        match &self.link {
+            Link::Ssh(t) => t.login_noise(),
+            Link::Local(_) => None,
         }
     }
 
@@ -106,9 +119,9 @@ impl Transport {
         command: &str,
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
-        match self {
-            Transport::Ssh(t) => t.exec(command, on_output).await,
-            Transport::Local(t) => t.exec(command, on_output).await,
+        match &self.link {
+            Link::Ssh(t) => t.exec(command, on_output).await,
+            Link::Local(t) => t.exec(command, on_output).await,
         }
     }
 
@@ -145,9 +158,9 @@ impl Transport {
 
     /// Reads a whole file from the host.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        match self {
-            Transport::Ssh(t) => t.read_file(path).await,
-            Transport::Local(t) => t.read_file(path).await,
+        match &self.link {
+            Link::Ssh(t) => t.read_file(path).await,
+            Link::Local(t) => t.read_file(path).await,
         }
     }
 
@@ -160,26 +173,26 @@ impl Transport {
         size: Option<u64>,
         on_chunk: OnChunk<'_>,
     ) -> Result<Streamed> {
-        match self {
-            Transport::Ssh(t) => t.read_chunks(path, size, on_chunk).await,
-            Transport::Local(t) => t.read_chunks(path, on_chunk).await,
+        match &self.link {
+            Link::Ssh(t) => t.read_chunks(path, size, on_chunk).await,
+            Link::Local(t) => t.read_chunks(path, on_chunk).await,
         }
     }
 
     /// Writes a whole file on the host atomically (temporary name, then rename), creating its
     /// parent folders, with the given permission bits.
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
-        match self {
-            Transport::Ssh(t) => t.write_file_atomic(path, data, mode).await,
-            Transport::Local(t) => t.write_file_atomic(path, data, mode).await,
+        match &self.link {
+            Link::Ssh(t) => t.write_file_atomic(path, data, mode).await,
+            Link::Local(t) => t.write_file_atomic(path, data, mode).await,
         }
     }
 
     /// Makes `url` (as the host sees it) reachable from here.
     pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
-        match self {
-            Transport::Ssh(t) => t.http_endpoint(url).await,
-            Transport::Local(_) => Ok(HttpEndpoint {
+        match &self.link {
+            Link::Ssh(t) => t.http_endpoint(url).await,
+            Link::Local(_) => Ok(HttpEndpoint {
                 client: http_client(|b| b)?,
                 base_url: url.to_string(),
             }),
@@ -188,8 +201,26 @@ impl Transport {
 
     /// Ends the connection (for SSH: stops the ControlMaster).
     pub async fn close(&self) {
-        if let Transport::Ssh(t) = self {
+        self.close_jobs().await;
+        if let Link::Ssh(t) = &self.link {
             t.close().await;
+        }
+    }
+
+    /// Starts `sh -c script rigrun args...` on the host with its three streams.
+    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<channel::Channel> {
+        match &self.link {
+            Link::Ssh(t) => t.spawn(script, args).await,
+            Link::Local(t) => t.spawn(script, args).await,
+        }
+    }
+
+    /// After a channel broke: gets the connection back, trying with backoff until `until`.
+    /// A local host has no connection to lose.
+    pub(crate) async fn reconnect(&self, until: std::time::Instant) -> Result<()> {
+        match &self.link {
+            Link::Ssh(t) => t.reconnect(until).await,
+            Link::Local(_) => anyhow::bail!("the command's shell on this machine was killed"),
         }
     }
 }

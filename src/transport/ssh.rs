@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::BytesMut;
@@ -19,9 +19,10 @@ use openssh_sftp_client::{Sftp, SftpOptions};
 use tokio::io::AsyncSeek;
 use tokio::sync::{Mutex, Semaphore};
 
+use super::channel::Channel;
 use super::login_noise::{self, LoginNoise, SkipThrough};
 use super::wrapper::{self, Output, Stream};
-use super::{HttpEndpoint, Streamed};
+use super::{HttpEndpoint, Lost, Streamed};
 use crate::config::{HostSpec, KnownHostsPolicy};
 
 /// A master idle this long exits by itself, so a crashed rigrun leaves nothing behind for long.
@@ -135,29 +136,55 @@ impl SshTransport {
         command: &str,
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
-        let _permit = self.permits.acquire().await?;
-        let session = self.session().await?;
         let marker = wrapper::new_marker();
-        let mut child = session
-            .raw_command(wrapper::wrapper_command_line(command, &marker))
-            .stdin(openssh::Stdio::piped())
-            .stdout(openssh::Stdio::piped())
-            .stderr(openssh::Stdio::piped())
-            .spawn()
-            .await
-            .with_context(|| format!("cannot start a command on {}", self.host))?;
-        // Held until the command ends: closing it is what stops the command (see wrapper.rs).
-        let _stdin = child.stdin().take();
-        let stdout = child.stdout().take().context("no stdout channel")?;
-        let stderr = child.stderr().take().context("no stderr channel")?;
-        let code = wrapper::drive(stdout, stderr, &marker, on_output).await?;
-        let _ = child.wait().await;
+        let mut channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        // stdin is held until the command ends: closing it is what stops the command.
+        let code = wrapper::drive(&mut channel.stdout, &mut channel.stderr, &marker, on_output).await?;
+        channel.wait().await;
         code.ok_or_else(|| {
             anyhow!(
                 "the connection to {} broke before the command finished",
                 self.host
             )
         })
+    }
+
+    /// Starts `sh -c script rigrun args...` on the host over a new channel.
+    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<Channel> {
+        let permit = self.permits.clone().acquire_owned().await?;
+        let session = self.session().await?;
+        let child = Session::arc_raw_command(session, super::channel::sh_line(script, args))
+            .stdin(openssh::Stdio::piped())
+            .stdout(openssh::Stdio::piped())
+            .stderr(openssh::Stdio::piped())
+            .spawn()
+            .await
+            .with_context(|| format!("cannot start a command on {}", self.host))?;
+        Channel::ssh(child, permit)
+    }
+
+    /// Gets a lost connection back: a new master, tried with backoff (1 s doubling to 30 s)
+    /// until `until`; past it, [`Lost`] with ssh's last words.
+    pub(crate) async fn reconnect(&self, until: Instant) -> Result<()> {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            let error = match self.session().await {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() + wait > until {
+                return Err(Lost {
+                    reason: format!(
+                        "lost the connection to {} and could not get it back: {error:#}",
+                        self.host
+                    ),
+                }
+                .into());
+            }
+            tracing::info!(host = %self.host, "reconnecting in {wait:?}: {error:#}");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
     }
 
     /// The open SFTP session without checking the master again: fetching 10,000 files must not

@@ -13,37 +13,16 @@ use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::frame::{Frame, Piece};
-use crate::config::template::shell_quote;
 pub use crate::events::Stream;
 
-const WRAPPER: &str = include_str!("wrapper.sh");
+/// The wrapper script, run as `sh -c WRAPPER rigrun COMMAND MARKER`.
+pub(crate) const WRAPPER: &str = include_str!("wrapper.sh");
 
 /// A fresh marker for one command's exit line; random so that no output can forge it.
 pub fn new_marker() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).unwrap_or_default();
     format!("__rigrun_{}__", hex::encode(bytes))
-}
-
-/// The arguments after `sh -c` that run `command` under the wrapper.
-pub fn wrapper_args(command: &str, marker: &str) -> [String; 4] {
-    [
-        WRAPPER.to_string(),
-        "rigrun".to_string(),
-        command.to_string(),
-        marker.to_string(),
-    ]
-}
-
-/// One shell command line that runs `command` under the wrapper (for SSH, whose remote side
-/// hands the line to the login shell).
-pub fn wrapper_command_line(command: &str, marker: &str) -> String {
-    format!(
-        "sh -c {} rigrun {} {}",
-        shell_quote(WRAPPER),
-        shell_quote(command),
-        shell_quote(marker)
-    )
 }
 
 /// Longest line handed on whole; a longer one comes in pieces (logged, never read as a record),
@@ -292,8 +271,7 @@ mod tests {
     async fn run_local(command: &str, close_on: Option<&str>) -> (Vec<(Stream, String)>, Option<i32>) {
         let marker = new_marker();
         let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .args(wrapper_args(command, &marker))
+            .args(["-c", WRAPPER, "rigrun", command, &marker])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -325,7 +303,7 @@ mod tests {
         let marker = new_marker();
         let noisy_login = format!(
             "echo '{{\"banner\": 1}}'; printf 'no newline'; echo rc-noise >&2; {}",
-            wrapper_command_line("echo out; echo err >&2; exit 3", &marker)
+            super::super::channel::sh_line(WRAPPER, &["echo out; echo err >&2; exit 3", &marker])
         );
         let mut child = tokio::process::Command::new("sh")
             .args(["-c", &noisy_login])

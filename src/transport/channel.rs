@@ -1,0 +1,96 @@
+//! One running `sh` script on a host with its three streams: an SSH channel, or a local child.
+//! The wrapper and the detached jobs both run over it.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::Stdio;
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::config::template::shell_quote;
+
+/// A channel's stdin: written asynchronously, and once synchronously when it is dropped.
+pub(crate) trait Input: AsyncWrite + AsRawFd + Send + Unpin {}
+impl<T: AsyncWrite + AsRawFd + Send + Unpin> Input for T {}
+
+pub(crate) type Reader = Box<dyn AsyncRead + Send + Unpin>;
+
+pub(crate) struct Channel {
+    pub stdin: Box<dyn Input>,
+    pub stdout: Reader,
+    pub stderr: Reader,
+    child: Child,
+    /// Holds one of the host's channels (see `MAX_CHANNELS_PER_HOST`) while the script runs.
+    _permit: OwnedSemaphorePermit,
+}
+
+enum Child {
+    Ssh(openssh::Child<std::sync::Arc<openssh::Session>>),
+    Local(tokio::process::Child),
+}
+
+impl Channel {
+    pub fn ssh(
+        mut child: openssh::Child<std::sync::Arc<openssh::Session>>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Channel> {
+        Ok(Channel {
+            stdin: Box::new(child.stdin().take().context("no stdin channel")?),
+            stdout: Box::new(child.stdout().take().context("no stdout channel")?),
+            stderr: Box::new(child.stderr().take().context("no stderr channel")?),
+            child: Child::Ssh(child),
+            _permit: permit,
+        })
+    }
+
+    /// Runs `sh -c script rigrun args...` on this machine.
+    pub fn local(script: &str, args: &[&str], permit: OwnedSemaphorePermit) -> Result<Channel> {
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("rigrun")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start sh on this machine")?;
+        Ok(Channel {
+            stdin: Box::new(child.stdin.take().context("no stdin pipe")?),
+            stdout: Box::new(child.stdout.take().context("no stdout pipe")?),
+            stderr: Box::new(child.stderr.take().context("no stderr pipe")?),
+            child: Child::Local(child),
+            _permit: permit,
+        })
+    }
+
+    /// The raw descriptor of stdin, for a last word written while the channel is dropped.
+    pub fn stdin_fd(&self) -> RawFd {
+        self.stdin.as_raw_fd()
+    }
+
+    /// Waits for the script to exit (its streams have closed).
+    pub async fn wait(self) {
+        drop(self.stdin);
+        match self.child {
+            Child::Ssh(child) => {
+                let _ = child.wait().await;
+            }
+            Child::Local(mut child) => {
+                let _ = child.wait().await;
+            }
+        }
+    }
+}
+
+/// The command line that runs `sh -c script rigrun args...` through a login shell (SSH).
+pub(crate) fn sh_line(script: &str, args: &[&str]) -> String {
+    let mut line = format!("sh -c {} rigrun", shell_quote(script));
+    for arg in args {
+        line.push(' ');
+        line.push_str(&shell_quote(arg));
+    }
+    line
+}

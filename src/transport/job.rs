@@ -1,0 +1,286 @@
+//! Detached jobs: a point's command runs on the host in its own session, apart from the SSH
+//! channel that started it, so that a lost connection does not lose the command or its output.
+//!
+//! `job.sh` keeps each job under the run's jobs folder on the host (`<name>.out`, `.err`, `.pid`
+//! = its process group, `.rc` once it exited, `.stopped` with the reason when it was stopped).
+//! The command's output goes to those files and, through `tee`, live to the channel; `tee`
+//! carries on with the file when the channel is gone. rigrun counts the bytes it received per
+//! stream; after a drop it reconnects with backoff and attaches again from those offsets
+//! (`tail -c +N --pid`), so no byte is lost and none comes twice.
+//!
+//! Nothing outlives rigrun for long: a timeout or a dropped future writes `stop` on the
+//! channel's stdin (the job's group is killed, TERM then KILL), closing the transport stops
+//! every job still running, and a watchdog on the host stops them all by itself when rigrun has
+//! not renewed the run's lease for the lease's length (a crash, SIGKILL, a partition).
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::io::AsyncWriteExt;
+
+use super::channel::Channel;
+use super::wrapper::{self, carry, Output, Stream, StreamReader};
+use super::{Link, Lost, Transport};
+use crate::config::HostSpec;
+
+const JOB: &str = include_str!("job.sh");
+
+/// One command to run detached. `name` must be unique within the run (and the same when a
+/// resumed run means to attach to a job it started before); letters, digits, `-` and `_`.
+pub struct Job<'a> {
+    pub name: &'a str,
+    pub command: &'a str,
+    pub timeout: Option<Duration>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEnd {
+    Exited(i32),
+    /// Stopped on the host when its timeout passed.
+    TimedOut,
+}
+
+/// The run's jobs on one host: where they live and the lease that keeps them alive.
+pub(super) struct Jobs {
+    host: String,
+    reconnect_for: Duration,
+    lease: Duration,
+    dir: Mutex<Option<String>>,
+    keeper: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Jobs {
+    pub fn new(host: &str, spec: &HostSpec) -> Jobs {
+        Jobs {
+            host: host.to_string(),
+            reconnect_for: spec.reconnect_for(),
+            lease: spec.lease(),
+            dir: Mutex::new(None),
+            keeper: Mutex::new(None),
+        }
+    }
+
+    fn dir(&self) -> Option<String> {
+        self.dir.lock().ok()?.clone()
+    }
+}
+
+impl Transport {
+    /// Opens the run's jobs folder `dir` on the host, starts its watchdog there and renews its
+    /// lease every quarter of its length until the transport closes.
+    pub async fn start_jobs(self: &Arc<Self>, dir: &str) -> Result<()> {
+        let lease = self.jobs.lease.as_secs().to_string();
+        self.job_action("lease", dir, "-", &lease)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot prepare {dir} on {} for the run's commands",
+                    self.jobs.host
+                )
+            })?;
+        if let Ok(mut d) = self.jobs.dir.lock() {
+            *d = Some(dir.to_string());
+        }
+        let weak: Weak<Transport> = Arc::downgrade(self);
+        let (dir, every) = (dir.to_string(), self.jobs.lease / 4);
+        let keeper = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(transport) = weak.upgrade() else { return };
+                if let Err(e) = transport.job_action("lease", &dir, "-", &lease).await {
+                    tracing::info!(host = %transport.jobs.host, "lease not renewed: {e:#}");
+                }
+            }
+        });
+        if let Ok(mut k) = self.jobs.keeper.lock() {
+            *k = Some(keeper.abort_handle());
+        }
+        Ok(())
+    }
+
+    /// Runs `job` detached on the host and follows it to its end, through lost connections
+    /// (each said through `on_warning`) for as long as the host's `reconnect_for` allows.
+    /// A lost host, or a command that vanished there, is a [`Lost`] error.
+    pub async fn run_job(
+        &self,
+        job: &Job<'_>,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+        on_warning: &mut (dyn FnMut(String) + Send),
+    ) -> Result<JobEnd> {
+        let dir = self
+            .jobs
+            .dir()
+            .context("the run's jobs folder on the host was not prepared")?;
+        let deadline = job.timeout.map(|t| Instant::now() + t);
+        let mut readers: [StreamReader; 2] = Default::default();
+        let mut action = "run";
+        loop {
+            let broke = match self
+                .follow(action, &dir, job, deadline, &mut readers, on_output)
+                .await
+            {
+                Ok(Some(trailer)) => {
+                    readers[0].finish(Stream::Stdout, on_output);
+                    readers[1].finish(Stream::Stderr, on_output);
+                    return self.ending(job, &trailer);
+                }
+                Ok(None) => "the channel closed before the command's end".to_string(),
+                Err(e) => format!("{e:#}"),
+            };
+            let lost_at = Instant::now();
+            on_warning(format!(
+                "lost the connection while `{}` ran ({broke}); reconnecting for up to {} while it goes on on the host",
+                job.name,
+                humantime::format_duration(self.jobs.reconnect_for)
+            ));
+            self.reconnect(lost_at + self.jobs.reconnect_for).await?;
+            on_warning(format!(
+                "reconnected after {:.1}s; following `{}` from byte {} of its stdout and {} of its stderr",
+                lost_at.elapsed().as_secs_f64(),
+                job.name,
+                readers[0].content_bytes,
+                readers[1].content_bytes
+            ));
+            action = "attach";
+        }
+    }
+
+    /// One channel's worth of following: the trailer of the job's end, or None when the channel
+    /// broke first. Past `deadline` the job is told to stop.
+    async fn follow(
+        &self,
+        action: &str,
+        dir: &str,
+        job: &Job<'_>,
+        deadline: Option<Instant>,
+        readers: &mut [StreamReader; 2],
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Result<Option<String>> {
+        let marker = wrapper::new_marker();
+        let offsets = readers.each_ref().map(|r| r.content_bytes.to_string());
+        let eof = self.eof_means();
+        let args = [
+            action,
+            dir,
+            job.name,
+            &marker,
+            eof,
+            &offsets[0],
+            &offsets[1],
+            job.command,
+        ];
+        let mut channel = self.spawn(JOB, &args).await?;
+        let mut stop_on_drop = StopOnDrop(Some(channel.stdin_fd()));
+        let carried = {
+            let Channel {
+                stdin,
+                stdout,
+                stderr,
+                ..
+            } = &mut channel;
+            let carried = carry(stdout, stderr, &marker, readers, on_output);
+            tokio::pin!(carried);
+            match deadline {
+                Some(at) => tokio::select! {
+                    done = &mut carried => done?,
+                    () = tokio::time::sleep_until(at.into()) => {
+                        // Said once; the job's end (stopped) then comes on this channel.
+                        let _ = stdin.write_all(b"stop timeout\n").await;
+                        let _ = stdin.flush().await;
+                        carried.await?
+                    }
+                },
+                None => carried.await?,
+            }
+        };
+        stop_on_drop.0 = None;
+        channel.wait().await;
+        Ok(carried.stderr_end)
+    }
+
+    /// What the end marker's trailer says: an exit code, a stop, or why the job is no more.
+    fn ending(&self, job: &Job<'_>, trailer: &str) -> Result<JobEnd> {
+        let host = &self.jobs.host;
+        if let Ok(code) = trailer.parse() {
+            return Ok(JobEnd::Exited(code));
+        }
+        let lost = |reason: String| Err(anyhow!(Lost { reason }));
+        match trailer.split_once(' ').unwrap_or((trailer, "")) {
+            ("stopped", "timeout") => Ok(JobEnd::TimedOut),
+            ("stopped", "lease") => lost(format!(
+                "{host} stopped `{}` by itself: rigrun was out of touch for longer than the lease ({})",
+                job.name,
+                humantime::format_duration(self.jobs.lease)
+            )),
+            ("stopped", why) => lost(format!("`{}` was stopped on {host} ({why})", job.name)),
+            ("gone", _) => lost(format!(
+                "`{}` is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)",
+                job.name
+            )),
+            ("error", why) => bail!("cannot run `{}` on {host}: {why}", job.name),
+            _ => bail!("`{}` on {host} ended with `{trailer}`, which rigrun does not understand", job.name),
+        }
+    }
+
+    /// Stops every job of the run still running on the host and ends its watchdog; quietly,
+    /// since the connection may be gone (the lease then stops them).
+    pub(super) async fn close_jobs(&self) {
+        if let Some(keeper) = self.jobs.keeper.lock().ok().and_then(|mut k| k.take()) {
+            keeper.abort();
+        }
+        let Some(dir) = self.jobs.dir() else { return };
+        let closing = self.job_action("close", &dir, "-", "-");
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(15), closing).await {
+            tracing::info!(host = %self.jobs.host, "cannot stop the run's commands: {e:#}");
+        }
+    }
+
+    /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
+    async fn job_action(&self, action: &str, dir: &str, name: &str, extra: &str) -> Result<()> {
+        let marker = wrapper::new_marker();
+        let args = [action, dir, name, &marker, "keep", "0", "0", extra];
+        let mut channel = self.spawn(JOB, &args).await?;
+        let mut readers: [StreamReader; 2] = Default::default();
+        let carried = carry(
+            &mut channel.stdout,
+            &mut channel.stderr,
+            &marker,
+            &mut readers,
+            &mut |_, _| {},
+        )
+        .await?;
+        channel.wait().await;
+        match carried.stderr_end.as_deref() {
+            Some("0") => Ok(()),
+            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
+            None => bail!("the connection broke"),
+        }
+    }
+
+    /// What the end of a job's stdin means on the host: on this machine rigrun let go (stop);
+    /// over SSH it may only be the connection (keep: the lease decides).
+    fn eof_means(&self) -> &'static str {
+        match self.link {
+            Link::Local(_) => "stop",
+            Link::Ssh(_) => "keep",
+        }
+    }
+}
+
+/// Tells the job to stop when its follower is dropped (Ctrl-C, a step's timeout): one write on
+/// the channel's stdin, made synchronously since a drop cannot wait.
+struct StopOnDrop(Option<RawFd>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        const STOP: &[u8] = b"stop interrupted\n";
+        if let Some(fd) = self.0 {
+            // SAFETY: the guard is declared after the channel owning `fd`, so it is dropped (and
+            // writes) while `fd` is still open; the write reads nothing beyond `STOP`.
+            let _ = unsafe { libc::write(fd, STOP.as_ptr().cast(), STOP.len()) };
+        }
+    }
+}

@@ -1,0 +1,89 @@
+# rigrun's detached jobs on a host; the protocol is described in job.rs.
+# $1 action (run, attach, stop, lease, close)  $2 the run's jobs folder  $3 job name  $4 marker
+# $5 what stdin's end means (stop: this machine; keep: SSH, where it may be a lost connection)
+# $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or lease seconds
+m=$4; j=$2/$3
+printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
+exec 3<&0 </dev/null
+finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
+group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; }
+stop() {
+  group; [ -n "$p" ] || return 0
+  [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
+  kill -TERM -"$p" 2>/dev/null || return 0
+  n=0; while kill -0 -"$p" 2>/dev/null && [ "$n" -lt 20 ]; do sleep 0.1; n=$((n+1)); done
+  kill -KILL -"$p" 2>/dev/null; return 0
+}
+outcome() {
+  if [ -s "$j.rc" ]; then read -r rc < "$j.rc"
+  elif [ -s "$j.stopped" ]; then read -r rc < "$j.stopped"; rc="stopped $rc"
+  else rc=gone; fi
+}
+listen() {
+  ( while read -r line <&3; do case $line in stop*) stop "${line#stop }"; exit 0;; esac; done
+    [ "$5" = stop ] && stop "rigrun let go" ) >/dev/null 2>&1 &
+  listener=$!
+}
+# The job's own session: its pid is its process group; its output goes to files first, and to
+# this channel while the channel lasts (tee ignores a closed channel and goes on with the file).
+supervise='echo $$ > "$1.pid"
+( ( sh -c "$2"; echo $? > "$1.rc" ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$1.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$1.out" 2>/dev/null)'
+watch='cd "$1" || exit 1
+echo $$ > watchdog.pid; : > seen; idle=0
+while [ ! -e done ]; do
+  sleep 1
+  if [ lease -nt seen ]; then : > seen; idle=0; else idle=$((idle+1)); fi
+  [ "$idle" -lt "$2" ] && continue
+  for f in *.pid; do
+    [ "$f" = watchdog.pid ] || [ -s "${f%.pid}.rc" ] && continue
+    read -r p < "$f" && [ -n "$p" ] && echo lease > "${f%.pid}.stopped" && kill -TERM -"$p" 2>/dev/null
+  done
+  sleep 2
+  for f in *.pid; do [ "$f" = watchdog.pid ] || { read -r p < "$f" && kill -KILL -"$p" 2>/dev/null; }; done
+  break
+done
+rm -f watchdog.pid'
+command -v setsid >/dev/null 2>&1 || finish "error setsid (util-linux) is not installed on the host"
+case $1 in
+lease)
+  [ -d "$2" ] || mkdir -p "$2" || finish "error cannot create $2"
+  : > "$2/lease" || finish "error cannot write in $2"
+  [ -e "$2/done" ] && rm -f "$2/done"
+  w=; [ -s "$2/watchdog.pid" ] && read -r w < "$2/watchdog.pid"
+  if [ -z "$w" ] || ! kill -0 "$w" 2>/dev/null; then
+    setsid sh -c "$watch" rigrun "$2" "$8" >/dev/null 2>&1 3<&- &
+  fi
+  finish 0;;
+close)
+  for f in "$2"/*.pid; do
+    [ -e "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
+    j=${f%.pid}; [ -s "$j.rc" ] || stop interrupted
+  done
+  : > "$2/done"; finish 0;;
+stop) stop "$8"; outcome; finish "$rc";;
+run)
+  if [ ! -e "$j.out" ]; then
+    : > "$j.out" && : > "$j.err" || finish "error cannot write in $2"
+    setsid sh -c "$supervise" rigrun "$j" "$8" 3<&- &
+    sup=$!
+    listen "$@"
+    wait "$sup"
+    kill "$listener" 2>/dev/null
+    outcome; finish "$rc"
+  fi
+  # Started before, by a run now resumed: followed from its first byte.
+  set -- attach "$2" "$3" "$4" "$5" 0 0;;
+esac
+[ -e "$j.out" ] || finish gone
+n=0; while [ ! -s "$j.pid" ] && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+group
+listen "$@"
+if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+  tail -c +$(($6 + 1)) -s 0.2 --pid="$p" -f "$j.out" 2>/dev/null & a=$!
+  tail -c +$(($7 + 1)) -s 0.2 --pid="$p" -f "$j.err" >&2 2>/dev/null & b=$!
+  wait "$a"; wait "$b"
+else
+  tail -c +$(($6 + 1)) "$j.out"; tail -c +$(($7 + 1)) "$j.err" >&2
+fi
+kill "$listener" 2>/dev/null
+outcome; finish "$rc"
