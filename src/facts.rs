@@ -113,8 +113,14 @@ pub struct ServerFacts {
     pub endpoints: IndexMap<String, String>,
 }
 
-/// One command that prints `key<TAB>value` lines; a missing tool prints nothing for its key.
-pub const COMMAND: &str = r#"printf 'home\t%s\n' "$HOME"
+/// The line [`COMMAND`] prints first: whatever a host printed before it (a login shell's banner
+/// or rc file output, even without a newline of its own) is not read as facts.
+pub const START: &str = "__rigrun_facts__";
+
+/// One command that prints `key<TAB>value` lines after [`START`]; a missing tool prints nothing
+/// for its key.
+pub const COMMAND: &str = r#"printf '%s\n' __rigrun_facts__
+printf 'home\t%s\n' "$HOME"
 printf 'hostname\t%s\n' "$(uname -n)"
 printf 'kernel\t%s\n' "$(uname -sr)"
 printf 'arch\t%s\n' "$(uname -m)"
@@ -141,11 +147,14 @@ fi
 "#;
 
 /// What [`COMMAND`] printed, as facts: repeated `gpu` lines become the list of GPUs, `topo`
-/// lines the topology matrix and a one-line summary of how the GPUs are linked. Fails when the
-/// host reported no home directory.
+/// lines the topology matrix and a one-line summary of how the GPUs are linked. Only what follows
+/// the [`START`] line is read, when there is one. Fails when the host reported no home directory.
 pub fn parse(out: &str) -> Result<HostFacts, String> {
     let mut facts = HostFacts::default();
     let mut topo = Vec::new();
+    let out = out
+        .split_once(&format!("{START}\n"))
+        .map_or(out, |(_, facts)| facts);
     for line in out.lines() {
         let Some((key, value)) = line.split_once('\t') else {
             continue;
@@ -280,6 +289,15 @@ mod tests {
     /// Facts from `lines`, with a home directory.
     fn parsed(lines: &str) -> HostFacts {
         parse(&format!("home\t/root\n{lines}")).unwrap()
+    }
+
+    #[test]
+    fn what_came_before_the_start_line_is_not_read() {
+        assert!(COMMAND.starts_with(&format!("printf '%s\\n' {START}\n")));
+        let noisy = format!("home\t/banner\ngpu\tFake, 1 MiB, 1, 1 W\nno newline{START}\nhome\t/root\n");
+        let facts = parse(&noisy).unwrap();
+        assert_eq!(facts.home, "/root");
+        assert!(facts.gpus.is_empty(), "{facts:?}");
     }
 
     #[test]

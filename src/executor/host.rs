@@ -13,6 +13,7 @@ use crate::events::{Event, EventSender, Status};
 use crate::plan;
 use crate::resume::HostWork;
 use crate::steps::{self, HostCtx};
+use crate::store::RunDir;
 use crate::transport::Transport;
 
 /// Everything one host's task needs.
@@ -75,6 +76,7 @@ impl HostJob {
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
+        self.report_login_noise(&transport);
         let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
         self.emit(Event::HostConnected {
             host: self.host.clone(),
@@ -108,6 +110,26 @@ impl HostJob {
             server.stop();
         }
         Ok(stop)
+    }
+
+    /// Once per host: what its login shell prints goes to `hosts/<host>/login-shell.log`, and a
+    /// warning says so, with what it costs per command and how to make the shell quiet.
+    fn report_login_noise(&self, transport: &Transport) {
+        let Some(noise) = transport.login_noise() else {
+            return;
+        };
+        let dir = RunDir::host_dir(&self.run_dir, &self.host);
+        let log = dir.join("login-shell.log");
+        let written =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&log, noise.log_text(&self.host)));
+        let mut message = noise.warning(&self.host, &log);
+        if let Err(e) = written {
+            message.push_str(&format!(" (could not write {}: {e})", log.display()));
+        }
+        self.emit(Event::Warning {
+            host: self.host.clone(),
+            message,
+        });
     }
 
     /// Runs the steps in order (in a resumed run, those its work names: see

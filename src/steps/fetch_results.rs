@@ -402,7 +402,8 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
             done.stderr.trim()
         );
     }
-    let raw = unhex(&done.stdout).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+    let raw = listing_bytes(&done.stdout)
+        .with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     let mut listing =
         parse_listing(&raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     listing
@@ -416,7 +417,8 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
 /// sizes and modification times (`find -printf`) and checksums (`sha256sum`, one process for all,
 /// files up to [`HOST_HASH_LIMIT`]) of the files to fetch.
 /// Fields are NUL-separated (names are any bytes) and the whole is sent as hex by `od`, so that
-/// it survives the line-oriented channel unchanged.
+/// it survives the line-oriented channel unchanged, after a [`LISTING_START`] line: what a login
+/// shell printed before it is not read as the list.
 fn listing_command(pattern: &str, follow: bool) -> String {
     let base = static_prefix(pattern);
     let base = if base.as_os_str().is_empty() {
@@ -431,7 +433,11 @@ fn listing_command(pattern: &str, follow: bool) -> String {
         .replace("@HASHC@", &(HOST_HASH_LIMIT + 1).to_string())
 }
 
-const LISTING_SCRIPT: &str = r#"B=$(cd -- @BASE@ 2>/dev/null && pwd -P); P=${B%/}/; [ -n "$B" ] || P=//none/
+/// The line the listing starts with.
+const LISTING_START: &str = "__rigrun_listing__";
+
+const LISTING_SCRIPT: &str = r#"printf '%s\n' __rigrun_listing__
+B=$(cd -- @BASE@ 2>/dev/null && pwd -P); P=${B%/}/; [ -n "$B" ] || P=//none/
 T=$(mktemp) || exit 1
 trap 'rm -f "$T"' EXIT
 {
@@ -460,6 +466,15 @@ printf '\0'
 xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$T" 2>/dev/null |
   xargs -0 -r sha256sum -- 2>/dev/null | tr '\n' '\0'
 } | od -An -v -tx1"#;
+
+/// The listing's bytes from what the command printed: the hex after the [`LISTING_START`] line.
+fn listing_bytes(stdout: &str) -> Result<Vec<u8>> {
+    let hex = stdout
+        .split_once(&format!("{LISTING_START}\n"))
+        .map(|(_, hex)| hex)
+        .context("the list did not start (no start line)")?;
+    unhex(hex)
+}
 
 fn unhex(text: &str) -> Result<Vec<u8>> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
@@ -840,7 +855,9 @@ mod tests {
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            let listing = parse_listing(&unhex(&String::from_utf8(out.stdout).unwrap()).unwrap()).unwrap();
+            // What a login shell printed first, even without a newline, is not read as the list.
+            let printed = format!("Welcome\n00 ff{}", String::from_utf8(out.stdout).unwrap());
+            let listing = parse_listing(&listing_bytes(&printed).unwrap()).unwrap();
             assert_eq!(listing.base, r.as_os_str().as_bytes());
             let by_name = |name: &[u8]| {
                 let mut path = r.as_os_str().as_bytes().to_vec();

@@ -2,12 +2,15 @@
 //!
 //! `ssh` goes through one OpenSSH ControlMaster per host (so `~/.ssh/config`, ProxyJump and the
 //! agent work as they do for `ssh`); `local` does the same on this machine. Both run commands
-//! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way.
+//! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way. What an SSH
+//! host's login shell prints before our commands run is found once when connecting
+//! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 
 mod channel;
 mod frame;
 mod job;
 mod local;
+pub mod login_noise;
 mod lost;
 mod ssh;
 pub mod wrapper;
@@ -20,6 +23,7 @@ use tokio::sync::Semaphore;
 
 pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
+pub use login_noise::LoginNoise;
 pub use lost::{is_lost, Lost};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
@@ -85,6 +89,15 @@ impl Transport {
             link,
             jobs: job::Jobs::new(host, spec),
         })
+    }
+
+    /// What the host's login shell printed before a command ran, seen once when connecting
+    /// (None when it printed nothing; a local host has no login shell).
+    pub fn login_noise(&self) -> Option<&LoginNoise> {
+        match &self.link {
+            Link::Ssh(t) => t.login_noise(),
+            Link::Local(_) => None,
+        }
     }
 
     /// Runs `command` with `sh`, passing each output line (as text) to `on_line`; returns the

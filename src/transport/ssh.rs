@@ -20,6 +20,7 @@ use tokio::io::AsyncSeek;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::channel::Channel;
+use super::login_noise::{self, LoginNoise, SkipThrough};
 use super::wrapper::{self, Output, Stream};
 use super::{HttpEndpoint, Lost, Streamed};
 use crate::config::{HostSpec, KnownHostsPolicy};
@@ -33,6 +34,9 @@ const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
 const READ_AHEAD: usize = 16;
 /// Bytes asked for per SFTP read (OpenSSH's sftp-server serves up to 255 KiB).
 const CHUNK: u32 = 252 * 1024;
+/// Longest an SFTP handshake may take; a stream corrupted by a login shell's output can make
+/// the client wait for a packet that never comes.
+const SFTP_HANDSHAKE: Duration = Duration::from_secs(30);
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -43,6 +47,8 @@ pub struct SshTransport {
     sftp: Mutex<Option<Arc<Sftp>>>,
     /// Exec channels; SFTP holds one more for the whole run.
     permits: Arc<Semaphore>,
+    /// What the login shell printed before the first command (see [`login_noise`]).
+    noise: Option<LoginNoise>,
 }
 
 /// What it takes to (re)start the ControlMaster.
@@ -98,13 +104,20 @@ impl SshTransport {
     ) -> Result<SshTransport> {
         let master = MasterSpec::new(host, spec, policy, control_dir);
         let session = master.start().await?;
+        let noise = login_noise::probe(&session, host).await?;
         Ok(SshTransport {
             host: host.to_string(),
             master,
             session: Mutex::new(Arc::new(session)),
             sftp: Mutex::new(None),
             permits: Arc::new(Semaphore::new(super::MAX_CHANNELS_PER_HOST - 1)),
+            noise,
         })
+    }
+
+    /// What the login shell printed before a command ran, when connecting; None when quiet.
+    pub fn login_noise(&self) -> Option<&LoginNoise> {
+        self.noise.as_ref()
     }
 
     /// The live session; a master that died (network blip, idle timeout) is started again.
@@ -183,24 +196,96 @@ impl SshTransport {
         self.sftp().await
     }
 
+    /// The SFTP session, opened on first use. Two ways in: the `sftp` subsystem (sshd starts
+    /// sftp-server through the login shell, so a shell that prints on stdout corrupts it, unless
+    /// the subsystem is `internal-sftp`), and sftp-server started over an exec channel behind a
+    /// marker that everything before it is dropped up to (see [`SFTP_SERVER`]). The subsystem goes
+    /// first unless the login shell was seen printing on stdout; the other is the fallback.
     async fn sftp(&self) -> Result<Arc<Sftp>> {
         let session = self.session().await?;
         let mut guard = self.sftp.lock().await;
         if let Some(sftp) = guard.as_ref() {
             return Ok(sftp.clone());
         }
-        let resumed = Session::resume_mux(session.control_socket().into(), None);
-        // Requests go out at once: the default 0.5 ms batching costs a streamed file throughput.
-        let options = SftpOptions::new().flush_interval(Duration::ZERO);
-        let sftp = Sftp::from_session(resumed, options).await.with_context(|| {
-            format!(
-                "cannot open SFTP on {} (is the sftp subsystem enabled in its sshd?)",
-                self.host
-            )
-        })?;
+        let noisy = self.noise.as_ref().is_some_and(|n| !n.stdout.is_empty());
+        let sftp = if noisy {
+            match self.sftp_over_exec(&session).await {
+                Ok(sftp) => sftp,
+                Err(exec) => self
+                    .sftp_subsystem(&session)
+                    .await
+                    .map_err(|subsystem| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?,
+            }
+        } else {
+            match self.sftp_subsystem(&session).await {
+                Ok(sftp) => sftp,
+                Err(subsystem) => {
+                    tracing::info!(host = %self.host, "the sftp subsystem failed ({subsystem:#}); starting sftp-server over a command");
+                    self.sftp_over_exec(&session)
+                        .await
+                        .map_err(|exec| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?
+                }
+            }
+        };
         let sftp = Arc::new(sftp);
         *guard = Some(sftp.clone());
         Ok(sftp)
+    }
+
+    /// Requests go out at once: the default 0.5 ms batching costs a streamed file throughput.
+    fn sftp_options() -> SftpOptions {
+        SftpOptions::new().flush_interval(Duration::ZERO)
+    }
+
+    /// SFTP through the `sftp` subsystem (the fast path: nothing to find on the host).
+    async fn sftp_subsystem(&self, session: &Session) -> Result<Sftp> {
+        let resumed = Session::resume_mux(session.control_socket().into(), None);
+        let open = Sftp::from_session(resumed, Self::sftp_options());
+        match tokio::time::timeout(SFTP_HANDSHAKE, open).await {
+            Ok(result) => Ok(result?),
+            Err(_) => bail!("no SFTP handshake within {}s", SFTP_HANDSHAKE.as_secs()),
+        }
+    }
+
+    /// SFTP with sftp-server started by a command of ours, which prints a marker first: the
+    /// client reads the server's stream from just after it, whatever the login shell printed.
+    async fn sftp_over_exec(&self, session: &Arc<Session>) -> Result<Sftp> {
+        use openssh_sftp_client::SftpAuxiliaryData;
+        let marker = login_noise::new_marker("sftp");
+        let mut child = session
+            .clone()
+            .arc_raw_command(format!(
+                "sh -c {} rigrun {}",
+                crate::config::template::shell_quote(SFTP_SERVER),
+                crate::config::template::shell_quote(&marker)
+            ))
+            .stdin(openssh::Stdio::piped())
+            .stdout(openssh::Stdio::piped())
+            .stderr(openssh::Stdio::piped())
+            .spawn()
+            .await
+            .context("cannot start a command")?;
+        let stdin = child.stdin().take().context("no stdin channel")?;
+        let stdout = SkipThrough::new(child.stdout().take().context("no stdout channel")?, &marker);
+        let stderr = SkipThrough::new(child.stderr().take().context("no stderr channel")?, &marker);
+        let said = tokio::spawn(read_text(stderr));
+        // Kept alive as long as the session: the channel is the child's.
+        let keep = SftpAuxiliaryData::Boxed(Box::new(std::sync::Mutex::new(child)));
+        let open = Sftp::new_with_auxiliary(stdin, stdout, Self::sftp_options(), keep);
+        let error = match tokio::time::timeout(SFTP_HANDSHAKE, open).await {
+            Ok(Ok(sftp)) => return Ok(sftp),
+            Ok(Err(e)) => anyhow!(e),
+            Err(_) => anyhow!("no SFTP handshake within {}s", SFTP_HANDSHAKE.as_secs()),
+        };
+        let said = tokio::time::timeout(Duration::from_secs(5), said)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        Err(match said.trim() {
+            "" => error,
+            said => anyhow!("{said}"),
+        })
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
@@ -263,19 +348,25 @@ impl SshTransport {
         use tokio::io::AsyncReadExt as _;
         let _permit = self.permits.acquire().await?;
         let session = self.session().await?;
+        // The marker first on both streams: what the login shell printed before it is dropped.
+        let marker = login_noise::new_marker("cat");
         let script = format!(
-            "f=$(printf '{}x'); exec cat -- \"${{f%x}}\"",
+            "printf '%s' \"$1\"; printf '%s\\n' \"$1\" >&2; f=$(printf '{}x'); exec cat -- \"${{f%x}}\"",
             octal_escapes(path.as_os_str().as_encoded_bytes())
         );
         let mut child = session
-            .raw_command(format!("sh -c {}", crate::config::template::shell_quote(&script)))
+            .raw_command(format!(
+                "sh -c {} rigrun {}",
+                crate::config::template::shell_quote(&script),
+                crate::config::template::shell_quote(&marker)
+            ))
             .stdin(openssh::Stdio::null())
             .stdout(openssh::Stdio::piped())
             .stderr(openssh::Stdio::piped())
             .spawn()
             .await
             .with_context(|| format!("cannot start cat on {}", self.host))?;
-        let mut stdout = child.stdout().take().context("no stdout channel")?;
+        let mut stdout = SkipThrough::new(child.stdout().take().context("no stdout channel")?, &marker);
         let mut buf = vec![0u8; CHUNK as usize];
         let mut total = 0;
         loop {
@@ -286,10 +377,10 @@ impl SshTransport {
             on_chunk(&buf[..n])?;
             total += n as u64;
         }
-        let mut err = String::new();
-        if let Some(mut stderr) = child.stderr().take() {
-            stderr.read_to_string(&mut err).await?;
-        }
+        let err = match child.stderr().take() {
+            Some(stderr) => read_text(SkipThrough::new(stderr, &marker)).await,
+            None => String::new(),
+        };
         let status = child.wait().await?;
         if !status.success() {
             bail!("cannot read {} on {}: {}", path.display(), self.host, err.trim());
@@ -443,6 +534,58 @@ fn host_says(dir: &str, bytes: usize, said: &str) -> Option<String> {
         return None;
     };
     Some(reason + "; free space or choose another `workdir:` in the inventory")
+}
+
+/// Neither way into SFTP worked: both reasons, and what to do.
+fn no_sftp(
+    host: &str,
+    noise: Option<&LoginNoise>,
+    subsystem: &anyhow::Error,
+    exec: &anyhow::Error,
+) -> anyhow::Error {
+    let shell = match noise {
+        Some(noise) if !noise.stdout.is_empty() => format!(
+            "Its login shell prints on stdout (`{}`), which corrupts the sftp subsystem",
+            noise.first_line()
+        ),
+        _ => "A login shell that prints on stdout corrupts the sftp subsystem".to_string(),
+    };
+    anyhow!(
+        "cannot open SFTP on {host}: the sftp subsystem failed ({subsystem:#}) and so did \
+         sftp-server started over a command ({exec:#}). {shell}: make ~/.bashrc (or what \
+         prints) return early for non-interactive shells, with `[ -z \"$PS1\" ] && return` or \
+         `case $- in *i*) ;; *) return;; esac` at its top; or set `Subsystem sftp internal-sftp` \
+         in the host's sshd_config, which runs no shell"
+    )
+}
+
+/// Starts sftp-server on the host after printing the marker (`$1`): the usual places first, then
+/// where the host's sshd_config (or `sshd -T`) says the sftp subsystem lives.
+const SFTP_SERVER: &str = r#"printf '%s' "$1"; printf '%s\n' "$1" >&2
+for p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server \
+  /usr/libexec/sftp-server /usr/lib/sftp-server; do
+  [ -x "$p" ] && exec "$p"
+done
+p=$(awk 'tolower($1) == "subsystem" && $2 == "sftp" { print $3; exit }' /etc/ssh/sshd_config 2>/dev/null)
+case $p in /*) [ -x "$p" ] && exec "$p" ;; esac
+p=$({ sshd -T || /usr/sbin/sshd -T; } 2>/dev/null | awk '$1 == "subsystem" && $2 == "sftp" { print $3; exit }')
+case $p in /*) [ -x "$p" ] && exec "$p" ;; esac
+echo "no sftp-server program on the host (looked in /usr/lib/openssh, /usr/libexec/openssh, /usr/lib/ssh, /usr/libexec, /usr/lib and sshd_config)" >&2
+exit 127"#;
+
+/// A stream's text to its end (at most 16 KiB kept), for error messages.
+async fn read_text(mut stream: impl tokio::io::AsyncRead + Unpin) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = (16 * 1024 - kept.len().min(16 * 1024)).min(n);
+        kept.extend_from_slice(&buf[..room]);
+    }
+    String::from_utf8_lossy(&kept).into_owned()
 }
 
 /// Reads up to `len` bytes at `offset`, reading again after a short reply so that only the end
@@ -699,6 +842,30 @@ mod tests {
             "ssh-keyscan -p 2222 10.0.0.7 >> '/etc/rigrun/known hosts'"
         );
         assert_eq!(KeyCommands::new("h", Some(22), None).remove, "ssh-keygen -R h");
+    }
+
+    #[test]
+    fn no_sftp_says_both_reasons_and_how_to_quiet_the_shell() {
+        let noise = LoginNoise {
+            stdout: b"Welcome to gpu\n".to_vec(),
+            ..LoginNoise::default()
+        };
+        let text = no_sftp(
+            "gpu",
+            Some(&noise),
+            &anyhow!("hello message too long"),
+            &anyhow!("no sftp-server program on the host"),
+        )
+        .to_string();
+        assert_eq!(
+            text,
+            "cannot open SFTP on gpu: the sftp subsystem failed (hello message too long) and so \
+             did sftp-server started over a command (no sftp-server program on the host). Its \
+             login shell prints on stdout (`Welcome to gpu`), which corrupts the sftp subsystem: \
+             make ~/.bashrc (or what prints) return early for non-interactive shells, with \
+             `[ -z \"$PS1\" ] && return` or `case $- in *i*) ;; *) return;; esac` at its top; or \
+             set `Subsystem sftp internal-sftp` in the host's sshd_config, which runs no shell"
+        );
     }
 
     #[test]

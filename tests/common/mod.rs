@@ -99,12 +99,18 @@ pub fn free_port() -> u16 {
 impl Sshd {
     /// Starts sshd on a free loopback port, accepting `key`.
     pub fn start(dir: &Path, name: &str, key: &ClientKey) -> Sshd {
-        Sshd::start_at(dir, name, key, "127.0.0.1", free_port(), None)
+        Sshd::start_at(dir, name, key, "127.0.0.1", free_port(), None, &|c| c)
+    }
+
+    /// Starts sshd on a free loopback port with its sshd_config passed through `edit` first
+    /// (e.g. the sftp subsystem of a stock Debian host, run through the login shell).
+    pub fn start_with(dir: &Path, name: &str, key: &ClientKey, edit: &dyn Fn(String) -> String) -> Sshd {
+        Sshd::start_at(dir, name, key, "127.0.0.1", free_port(), None, edit)
     }
 
     /// Starts sshd inside `netns`, listening on its address.
     pub fn start_in(dir: &Path, name: &str, key: &ClientKey, netns: &Netns) -> Sshd {
-        Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name))
+        Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name), &|c| c)
     }
 
     fn start_at(
@@ -114,6 +120,7 @@ impl Sshd {
         address: &str,
         port: u16,
         netns: Option<&str>,
+        edit: &dyn Fn(String) -> String,
     ) -> Sshd {
         assert!(
             Path::new(SSHD).exists(),
@@ -132,7 +139,7 @@ impl Sshd {
         let config = dir.join("sshd_config");
         std::fs::write(
             &config,
-            format!(
+            edit(format!(
                 "Port {port}\nListenAddress {address}\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\n\
                  StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
                  PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n\
@@ -140,7 +147,7 @@ impl Sshd {
                 host_key.display(),
                 dir.join("sshd.pid").display(),
                 authorized.display()
-            ),
+            )),
         )
         .unwrap();
         let log = std::fs::File::create(dir.join("sshd.log")).unwrap();
@@ -218,6 +225,70 @@ impl Sshd {
 impl Drop for Sshd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+static NEXT_USER: AtomicUsize = AtomicUsize::new(0);
+
+/// A login user of its own for a test (the tests run as root; root's own home and rc files are
+/// never touched): home in `dir`, login shell `shell`, removed again when dropped. `dir` is
+/// made traversable, since sshd reads the authorized keys under it as that user.
+pub struct TestUser {
+    pub name: String,
+    pub home: PathBuf,
+}
+
+impl TestUser {
+    pub fn new(dir: &Path, shell: &Path) -> TestUser {
+        assert!(
+            whoami() == "root",
+            "tests with a login user of their own create it with useradd: run them as root"
+        );
+        let n = NEXT_USER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("rrt{}u{n}", std::process::id());
+        let home = dir.join(format!("home-{name}"));
+        std::fs::create_dir_all(&home).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // `-p '*'`: no password, yet not locked (sshd refuses locked accounts without PAM).
+        sh(
+            "useradd",
+            &[
+                "-M",
+                "-d",
+                home.to_str().unwrap(),
+                "-s",
+                shell.to_str().unwrap(),
+                "-p",
+                "*",
+                &name,
+            ],
+        );
+        let user = TestUser { name, home };
+        user.own(&user.home);
+        user
+    }
+
+    /// Writes a file in the user's home, owned by the user.
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.home.join(name);
+        std::fs::write(&path, content).unwrap();
+        self.own(&path);
+        path
+    }
+
+    fn own(&self, path: &Path) {
+        sh(
+            "chown",
+            &["-R", &format!("{0}:{0}", self.name), path.to_str().unwrap()],
+        );
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        // `-f`: removed even while a session of its own is still ending.
+        let _ = Command::new("userdel").args(["-f", &self.name]).status();
     }
 }
 

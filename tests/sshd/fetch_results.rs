@@ -183,8 +183,8 @@ fn two_thousand_files_are_listed_in_one_command_and_become_records() {
         "natural order: r2 before r10"
     );
     let commands = host.sshd.as_ref().unwrap().commands_started();
-    // Connecting gathers the facts and opens the run's jobs folder (two commands), closing stops
-    // its jobs (one); the fetch lists everything in one more.
+    // Connecting probes the login shell, gathers the facts and opens the run's jobs folder (three
+    // commands), closing stops its jobs (one); the fetch lists everything in one more.
     assert!(
         commands <= 5,
         "{commands} commands for 2000 files: a round trip per file?"

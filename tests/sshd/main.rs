@@ -11,5 +11,6 @@ mod sim_support;
 
 mod bench_sweep;
 mod fetch_results;
+mod quiet_login;
 mod resume;
 mod ssh_run;
