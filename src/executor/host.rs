@@ -76,8 +76,11 @@ impl HostJob {
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
+        // Two round trips at once: what the login shell prints, and the host's facts.
+        let (probed, facts) = tokio::join!(transport.probe_login(), gather_facts(&transport));
+        probed.map_err(fail("connect"))?;
         self.report_login_noise(&transport);
-        let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
+        let facts = facts.map_err(fail("connect"))?;
         self.emit(Event::HostConnected {
             host: self.host.clone(),
             facts: facts.clone(),

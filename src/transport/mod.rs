@@ -91,8 +91,17 @@ impl Transport {
         })
     }
 
-    /// What the host's login shell printed before a command ran, seen once when connecting
-    /// (None when it printed nothing; a local host has no login shell).
+    /// Runs the login-shell probe once (see `login_noise.rs`); before any file moves, since it
+    /// decides how SFTP starts. A local host has no login shell.
+    pub async fn probe_login(&self) -> Result<()> {
+        match &self.link {
+            Link::Ssh(t) => t.probe_login().await,
+            Link::Local(_) => Ok(()),
+        }
+    }
+
+    /// What the host's login shell printed before a command ran, once probed (None when it
+    /// printed nothing; a local host has no login shell).
     pub fn login_noise(&self) -> Option<&LoginNoise> {
         match &self.link {
             Link::Ssh(t) => t.login_noise(),

@@ -47,8 +47,8 @@ pub struct SshTransport {
     sftp: Mutex<Option<Arc<Sftp>>>,
     /// Exec channels; SFTP holds one more for the whole run.
     permits: Arc<Semaphore>,
-    /// What the login shell printed before the first command (see [`login_noise`]).
-    noise: Option<LoginNoise>,
+    /// What the login shell printed before a command, once probed (see [`login_noise`]).
+    noise: std::sync::OnceLock<Option<LoginNoise>>,
 }
 
 /// What it takes to (re)start the ControlMaster.
@@ -104,20 +104,27 @@ impl SshTransport {
     ) -> Result<SshTransport> {
         let master = MasterSpec::new(host, spec, policy, control_dir);
         let session = master.start().await?;
-        let noise = login_noise::probe(&session, host).await?;
         Ok(SshTransport {
             host: host.to_string(),
             master,
             session: Mutex::new(Arc::new(session)),
             sftp: Mutex::new(None),
             permits: Arc::new(Semaphore::new(super::MAX_CHANNELS_PER_HOST - 1)),
-            noise,
+            noise: std::sync::OnceLock::new(),
         })
     }
 
-    /// What the login shell printed before a command ran, when connecting; None when quiet.
+    /// Sees once what the login shell prints before a command (it decides how SFTP starts).
+    pub async fn probe_login(&self) -> Result<()> {
+        let session = self.session().await?;
+        let noise = login_noise::probe(&session, &self.host).await?;
+        let _ = self.noise.set(noise);
+        Ok(())
+    }
+
+    /// What the login shell printed before a command ran, once probed; None when quiet.
     pub fn login_noise(&self) -> Option<&LoginNoise> {
-        self.noise.as_ref()
+        self.noise.get().and_then(Option::as_ref)
     }
 
     /// The live session; a master that died (network blip, idle timeout) is started again.
@@ -207,14 +214,14 @@ impl SshTransport {
         if let Some(sftp) = guard.as_ref() {
             return Ok(sftp.clone());
         }
-        let noisy = self.noise.as_ref().is_some_and(|n| !n.stdout.is_empty());
+        let noisy = self.login_noise().is_some_and(|n| !n.stdout.is_empty());
         let sftp = if noisy {
             match self.sftp_over_exec(&session).await {
                 Ok(sftp) => sftp,
                 Err(exec) => self
                     .sftp_subsystem(&session)
                     .await
-                    .map_err(|subsystem| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?,
+                    .map_err(|subsystem| no_sftp(&self.host, self.login_noise(), &subsystem, &exec))?,
             }
         } else {
             match self.sftp_subsystem(&session).await {
@@ -223,7 +230,7 @@ impl SshTransport {
                     tracing::info!(host = %self.host, "the sftp subsystem failed ({subsystem:#}); starting sftp-server over a command");
                     self.sftp_over_exec(&session)
                         .await
-                        .map_err(|exec| no_sftp(&self.host, self.noise.as_ref(), &subsystem, &exec))?
+                        .map_err(|exec| no_sftp(&self.host, self.login_noise(), &subsystem, &exec))?
                 }
             }
         };
