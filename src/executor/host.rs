@@ -76,11 +76,9 @@ impl HostJob {
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
-        // Two round trips at once: what the login shell prints, and the host's facts.
-        let (probed, facts) = tokio::join!(transport.probe_login(), gather_facts(&transport));
-        probed.map_err(fail("connect"))?;
+        // One round trip: what the login shell prints, and the host's facts.
+        let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
         self.report_login_noise(&transport);
-        let facts = facts.map_err(fail("connect"))?;
         self.emit(Event::HostConnected {
             host: self.host.clone(),
             facts: facts.clone(),
@@ -196,6 +194,6 @@ fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) 
 
 /// The host's facts, in one round trip.
 async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
-    let out = transport.output(crate::facts::COMMAND).await?;
+    let out = transport.probe_login(crate::facts::COMMAND).await?;
     crate::facts::parse(&out).map_err(anyhow::Error::msg)
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
-use serde_json::{json, Value as Json};
+use serde_json::json;
 
 use super::command::CommandEnd;
 use super::record_line::{self, Line};
@@ -371,12 +371,4 @@ fn unreadable(
     let mut metrics = serde_json::Map::new();
     record_line::mark_invalid(&mut metrics, vec![what]);
     ctx.record(step, point, attempt, metrics, RecordStatus::Ok, None);
-}
-
-/// A line that is a JSON object is a record (repaired when it held non-finite numbers).
-pub fn parse_record(line: &str) -> Option<serde_json::Map<String, Json>> {
-    match record_line::read(line) {
-        Line::Record(map) => Some(map),
-        Line::Unreadable(_) | Line::Log => None,
-    }
 }

@@ -2,9 +2,10 @@
 //! `python -m sglang.launch_server ...`), wait until its `url` answers, keep its log, and stop it
 //! when the playbook ends on that host unless `keep: true`.
 //!
-//! A server that is not kept runs as an ordinary command whose channel rigrun holds open: when
-//! rigrun lets go (end of the host's playbook, Ctrl-C, a lost connection), the wrapper on the
-//! host kills its process group. A kept server is started detached, logging on the host.
+//! A server that is not kept runs as a detached job of the run, as a sweep point does: a lost
+//! connection does not stop it (rigrun reconnects and follows its log again); the end of the
+//! host's playbook, Ctrl-C or rigrun's lease running out does. A kept server is started in its
+//! own session, logging on the host, and left running.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -18,7 +19,10 @@ use super::http::wait_until_up;
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::start_server::StartServerPlan;
 use crate::config::template::shell_quote;
+use crate::events::Event;
 use crate::plan::PlannedStep;
+use crate::transport::wrapper::new_marker;
+use crate::transport::{line_text, Job, JobEnd, Output};
 
 const TAIL_LINES: usize = 20;
 
@@ -29,7 +33,7 @@ pub struct BackgroundServer {
 }
 
 impl BackgroundServer {
-    /// Lets go of the server's channel, which stops it on the host.
+    /// Drops the server's follower, which tells the host to stop it (see `transport/job.rs`).
     pub fn stop(self) {
         self.task.abort();
     }
@@ -50,7 +54,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
         (
-            Some(spawn_attached(ctx, command, &log_path, watch.clone())?),
+            Some(spawn_attached(ctx, step, command, &log_path, watch.clone())?),
             None,
         )
     };
@@ -97,9 +101,12 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
     }
 }
 
-/// Runs the server as a held command; its output goes to `log_path` here.
+/// Runs the server as a detached job of the run (see `transport/job.rs`: it outlives a lost
+/// connection and is followed again); its output goes to `log_path` here. Aborting the task
+/// stops it on the host.
 fn spawn_attached(
     ctx: &HostCtx,
+    step: &PlannedStep,
     command: &str,
     log_path: &std::path::Path,
     watch: Arc<Mutex<Watch>>,
@@ -107,19 +114,36 @@ fn spawn_attached(
     let mut log = std::fs::File::create(log_path)?;
     let transport = ctx.transport.clone();
     let command = command.to_string();
+    // Never attached to by a resumed run: a server is started anew.
+    let name = format!("s{:02}-server-{}", step.index + 1, &new_marker()[9..17]);
+    let (events, host, label) = (ctx.events.clone(), ctx.host.clone(), step.name.clone());
     Ok(tokio::spawn(async move {
         let tail_watch = watch.clone();
-        let mut on_line = move |_stream, line: &str| {
+        let mut on_output = move |_stream, output: Output| {
+            let Output::Line(line) = output else { return };
+            let line = line_text(line);
             let _ = writeln!(log, "{line}");
             if let Ok(mut w) = tail_watch.lock() {
                 if w.tail.len() == TAIL_LINES {
                     w.tail.pop_front();
                 }
-                w.tail.push_back(line.to_string());
+                w.tail.push_back(line.into_owned());
             }
         };
-        let ended = match transport.exec(&command, &mut on_line).await {
-            Ok(code) => format!("exit code {code}"),
+        let mut on_warning = |message: String| {
+            let _ = events.send(Event::Warning {
+                host: host.clone(),
+                message: format!("{label}: {message}"),
+            });
+        };
+        let job = Job {
+            name: &name,
+            command: &command,
+            timeout: None,
+        };
+        let ended = match transport.run_job(&job, &mut on_output, &mut on_warning).await {
+            Ok(JobEnd::Exited(code)) => format!("exit code {code}"),
+            Ok(JobEnd::TimedOut) => "stopped".to_string(),
             Err(e) => format!("{e:#}"),
         };
         if let Ok(mut w) = watch.lock() {

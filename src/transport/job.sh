@@ -27,8 +27,10 @@ listen() {
 }
 # The job's own session: its pid is its process group; its output goes to files first, and to
 # this channel while the channel lasts (tee ignores a closed channel and goes on with the file).
-supervise='echo $$ > "$1.pid"
-( ( sh -c "$2"; echo $? > "$1.rc" ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$1.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$1.out" 2>/dev/null)'
+# The command runs in a subshell, as `sh -c` would run it but without one more exec (its
+# positional parameters are emptied first).
+supervise='echo $$ > "$1.pid"; __rigrun_job=$1; __rigrun_command=$2; set --
+( ( (eval "$__rigrun_command"); echo $? > "$__rigrun_job.rc" ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
 watch='cd "$1" || exit 1
 echo $$ > watchdog.pid; : > seen; idle=0
 while [ ! -e done ]; do

@@ -147,18 +147,21 @@ while [ "$n" -lt 16 ] && [ -r "/proc/$p/stat" ]; do
 done
 printf 'uptime %s\nstart %s\nhz %s\n' "$up" "$start" "$(getconf CLK_TCK 2>/dev/null)""#;
 
-/// The command line that runs the probe through the login shell.
-pub fn probe_command(marker: &str) -> String {
-    format!("sh -c {} rigrun {}", shell_quote(PROBE), shell_quote(marker))
-}
-
-/// Runs the probe on `session`; None when the login shell printed nothing.
-pub async fn probe(session: &openssh::Session, host: &str) -> Result<Option<LoginNoise>> {
+/// Runs the probe on `session`, followed in the same round trip by the `sh` script `then` (the
+/// host's facts); the noise (None when the login shell printed nothing) and what `then` printed
+/// on stdout, after the probe's own lines.
+pub async fn probe(
+    session: &openssh::Session,
+    host: &str,
+    then: &str,
+) -> Result<(Option<LoginNoise>, String)> {
     let marker = new_marker("probe");
     let started = Instant::now();
+    let script = format!("{PROBE}\n{then}");
+    let line = format!("sh -c {} rigrun {}", shell_quote(&script), shell_quote(&marker));
     let run = async {
         let mut child = session
-            .raw_command(probe_command(&marker))
+            .raw_command(line)
             .stdin(openssh::Stdio::null())
             .stdout(openssh::Stdio::piped())
             .stderr(openssh::Stdio::piped())
@@ -180,7 +183,13 @@ pub async fn probe(session: &openssh::Session, host: &str) -> Result<Option<Logi
         })?
         .with_context(|| format!("cannot run a command on {host}"))?;
     let round_trip_ms = started.elapsed().as_millis() as u64;
-    Ok(read_probe(&marker, &out, out_len, &err, err_len, round_trip_ms))
+    let said = find(&out, format!("{marker}\n").as_bytes())
+        .map(|at| String::from_utf8_lossy(&out[at..]).into_owned())
+        .unwrap_or_default();
+    Ok((
+        read_probe(&marker, &out, out_len, &err, err_len, round_trip_ms),
+        said,
+    ))
 }
 
 /// The noise in the probe's answer; None when there was none or the marker never came (the
@@ -227,8 +236,8 @@ fn read_probe(
     })
 }
 
-/// Reads a stream to its end, keeping the first [`KEEP`] bytes and the last 4 KiB (where the
-/// probe's own lines are), and counting all of them.
+/// Reads a stream to its end, keeping the first [`KEEP`] bytes and the last [`KEEP`] (where the
+/// probe's own lines and the facts are), and counting all of them.
 async fn read_bounded(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<(Vec<u8>, usize)> {
     let mut kept = Vec::new();
     let mut tail: Vec<u8> = Vec::new();
@@ -244,7 +253,7 @@ async fn read_bounded(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<(Vec<
         kept.extend_from_slice(&buf[..room]);
         if room < n {
             tail.extend_from_slice(&buf[room..n]);
-            let excess = tail.len().saturating_sub(4096);
+            let excess = tail.len().saturating_sub(KEEP);
             tail.drain(..excess);
         }
     }

@@ -91,12 +91,13 @@ impl Transport {
         })
     }
 
-    /// Runs the login-shell probe once (see `login_noise.rs`); before any file moves, since it
-    /// decides how SFTP starts. A local host has no login shell.
-    pub async fn probe_login(&self) -> Result<()> {
+    /// Runs the login-shell probe once (see `login_noise.rs`), and the `sh` script `then` in the
+    /// same round trip, returning its stdout; before any file moves, since the probe decides how
+    /// SFTP starts. A local host has no login shell: `then` just runs.
+    pub async fn probe_login(&self, then: &str) -> Result<String> {
         match &self.link {
-            Link::Ssh(t) => t.probe_login().await,
-            Link::Local(_) => Ok(()),
+            Link::Ssh(t) => t.probe_login(then).await,
+            Link::Local(_) => self.output(then).await,
         }
     }
 

@@ -114,12 +114,13 @@ impl SshTransport {
         })
     }
 
-    /// Sees once what the login shell prints before a command (it decides how SFTP starts).
-    pub async fn probe_login(&self) -> Result<()> {
+    /// Sees once what the login shell prints before a command (it decides how SFTP starts),
+    /// running the `sh` script `then` in the same round trip; returns what `then` printed.
+    pub async fn probe_login(&self, then: &str) -> Result<String> {
         let session = self.session().await?;
-        let noise = login_noise::probe(&session, &self.host).await?;
+        let (noise, said) = login_noise::probe(&session, &self.host, then).await?;
         let _ = self.noise.set(noise);
-        Ok(())
+        Ok(said)
     }
 
     /// What the login shell printed before a command ran, once probed; None when quiet.

@@ -300,3 +300,40 @@ fn links_are_not_followed_unless_asked_and_never_outside_over_ssh() {
 fn links_are_not_followed_unless_asked_and_never_outside_on_local_hosts() {
     links_are_followed_only_inside(Host::local());
 }
+
+#[test]
+fn result_files_that_are_not_all_records_are_named_and_their_records_kept() {
+    let host = Host::local();
+    host.put(
+        b"mixed.jsonl",
+        b"{\"a\": 1}\nnot json at all\n{\"a\": 2}\n{\"cut\": \n",
+    );
+    host.put(b"broken.json", b"{\"a\": 1,,}");
+    host.put(b"notes.txt", b"a log, not a result\n");
+    let (out, run_dir, _) = host.fetch("");
+    assert!(out.status.success(), "{:?}", text(&out));
+    let recs = records(&run_dir);
+    let values: Vec<&Value> = recs.iter().map(|r| &r["metrics"]["a"]).collect();
+    assert_eq!(values, [&Value::from(1), &Value::from(2)], "{recs:?}");
+    let warnings: Vec<String> = std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "warning")
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect();
+    let about = |file: &str| warnings.iter().filter(|w| w.contains(file)).count();
+    assert_eq!(about("mixed.jsonl"), 1, "{warnings:?}");
+    assert!(
+        warnings.iter().any(
+            |w| w.contains("2 of its lines are records, 2 are not (line 2 is not a JSON object; line 4:")
+        ),
+        "{warnings:?}"
+    );
+    assert_eq!(about("broken.json"), 1, "{warnings:?}");
+    assert_eq!(
+        about("notes.txt"),
+        0,
+        "a file not named as a result is not read: {warnings:?}"
+    );
+}

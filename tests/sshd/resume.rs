@@ -1,8 +1,8 @@
 //! `rigrun run --resume` over a real sshd on loopback: a sweep stopped by SIGTERM and by
-//! SIGKILL mid-point, then resumed to its end.
+//! SIGKILL mid-point, then resumed to its end; a point still running on the host re-attached.
 
-use crate::common::{ClientKey, Sshd};
-use crate::resume_support::interrupt_then_resume;
+use crate::common::{rigrun, sh, text, ClientKey, Sshd};
+use crate::resume_support::{interrupt_then_resume, latest_records, point_started, spawn, wait_for_event};
 
 #[test]
 fn sigterm_and_sigkill_mid_sweep_over_ssh_then_resume_completes_it() {
@@ -16,4 +16,99 @@ fn sigterm_and_sigkill_mid_sweep_over_ssh_then_resume_completes_it() {
     for signal in ["TERM", "KILL"] {
         interrupt_then_resume(dir.path(), signal);
     }
+}
+
+/// rigrun SIGKILLed while a point runs over SSH: the point's command lives on on the host (its
+/// lease has not run out), and the resumed run attaches to it instead of starting it again.
+#[test]
+fn a_point_still_running_when_rigrun_was_killed_is_reattached_not_run_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = ClientKey::new(dir.path());
+    let sshd = Sshd::start(dir.path(), "a", &key);
+    let known_hosts = dir.path().join("known_hosts");
+    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
+    let entry = sshd.inventory_entry("a", &key, &known_hosts, &dir.path().join("work-a"), "");
+    std::fs::write(dir.path().join("hosts.yaml"), format!("hosts:\n{entry}")).unwrap();
+    let (go, starts) = (dir.path().join("go"), dir.path().join("starts"));
+    std::fs::create_dir(&starts).unwrap();
+    // Each point notes that it started, prints a line, waits for `go` (point 2 only), then
+    // prints its record.
+    let playbook = format!(
+        "name: reattach\nsteps:\n  - run-sweep:\n      matrix: {{n: [1, 2, 3]}}\n      command: >-\n        \
+         echo started >> {starts}/{{{{ n }}}}; echo 'before the wait';\n        \
+         {{% if n == 2 %}}while [ ! -e {go} ]; do sleep 0.1; done;{{% endif %}}\n        \
+         echo '{{\"n\": {{{{ n }}}}}}'\n",
+        starts = starts.display(),
+        go = go.display()
+    );
+    std::fs::write(dir.path().join("reattach.yaml"), playbook).unwrap();
+    let runs = dir.path().join("runs");
+    let runs_arg = runs.display().to_string();
+    let args = [
+        "run",
+        "reattach.yaml",
+        "-i",
+        "hosts.yaml",
+        "--runs-dir",
+        &runs_arg,
+        "-q",
+    ];
+    let child = spawn(dir.path(), &args);
+    let run_dir = wait_for_event(&runs, |e| point_started(e, "n=2"));
+    let waiting = || std::fs::read_to_string(starts.join("2")).is_ok_and(|s| s == "started\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !waiting() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "point 2 never started on the host"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    sh("kill", &["-KILL", &child.id().to_string()]);
+    let _ = child.wait_with_output();
+    let needle = go.display().to_string();
+    assert!(
+        !processes_with(&needle).is_empty(),
+        "point 2's command died with rigrun; it should wait for its lease"
+    );
+
+    std::fs::write(&go, "").unwrap();
+    let out = rigrun()
+        .current_dir(dir.path())
+        .args(["run", "--resume", run_dir.to_str().unwrap(), "-q"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(starts.join("2")).unwrap(),
+        "started\n",
+        "point 2 started twice"
+    );
+    let two: Vec<serde_json::Value> = latest_records(&run_dir)
+        .into_iter()
+        .filter(|r| r["point"]["n"] == 2)
+        .collect();
+    assert_eq!(two.len(), 1, "{two:?}");
+    assert_eq!(
+        (two[0]["status"].as_str(), two[0]["attempt"].as_u64()),
+        (Some("ok"), Some(1))
+    );
+    assert!(
+        processes_with(&needle).is_empty(),
+        "commands left after the resume"
+    );
+}
+
+/// This machine's processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmd.contains(needle).then_some(cmd)
+        })
+        .collect()
 }
