@@ -53,6 +53,8 @@ pub(super) struct Jobs {
     keeper: Mutex<Option<tokio::task::AbortHandle>>,
     /// Jobs started that have not reported their end.
     unfinished: Mutex<HashSet<String>>,
+    /// Why the connection could not be got back, once that happened.
+    given_up: Mutex<Option<String>>,
 }
 
 impl Jobs {
@@ -64,6 +66,7 @@ impl Jobs {
             dir: Mutex::new(None),
             keeper: Mutex::new(None),
             unfinished: Mutex::new(HashSet::new()),
+            given_up: Mutex::new(None),
         }
     }
 
@@ -129,6 +132,9 @@ impl Transport {
             .jobs
             .dir()
             .context("the run's jobs folder on the host was not prepared")?;
+        if let Some(reason) = self.jobs.given_up.lock().ok().and_then(|g| g.clone()) {
+            return Err(anyhow!(Lost { reason }));
+        }
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut readers: [StreamReader; 2] = Default::default();
         let mut action = "run";
@@ -145,6 +151,7 @@ impl Transport {
                     return self.ending(job, &trailer);
                 }
                 Ok(None) => "the channel closed before the command's end".to_string(),
+                Err(e) if matches!(self.link, Link::Local(_)) => return Err(e),
                 Err(e) => format!("{e:#}"),
             };
             let lost_at = Instant::now();
@@ -153,7 +160,14 @@ impl Transport {
                 job.name,
                 humantime::format_duration(self.jobs.reconnect_for)
             ));
-            self.reconnect(lost_at + self.jobs.reconnect_for).await?;
+            if let Err(gone) = self.reconnect(lost_at + self.jobs.reconnect_for).await {
+                // The host stays lost for the rest of the run: what still asks for it fails at
+                // once instead of waiting out `reconnect_for` again.
+                if let Ok(mut given_up) = self.jobs.given_up.lock() {
+                    *given_up = Some(format!("{gone:#}"));
+                }
+                return Err(gone);
+            }
             on_warning(format!(
                 "reconnected after {:.1}s; following `{}` from byte {} of its stdout and {} of its stderr",
                 lost_at.elapsed().as_secs_f64(),

@@ -295,3 +295,22 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
     assert_eq!(first[1]["metrics"]["lines"], 40);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
+
+#[test]
+fn a_host_gone_longer_than_reconnect_for_fails_with_the_reason_and_its_lease_cleans_up() {
+    let host = Faulty::new("fault-gone", 200, "0.5", "    reconnect_for: 10s\n    lease: 10s\n");
+    let run = host.start();
+    host.wait_for_line(1, 2, Duration::from_secs(60));
+    host.netns.link(false);
+    let (code, err) = host.finish(run, Duration::from_secs(120));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("could not get it back"), "{err}");
+    assert!(err.contains("rigrun run --resume"), "the way on is named: {err}");
+    let manifest = manifest(&host.run_dir());
+    assert_eq!(manifest["hosts"]["gpu"]["status"], "failed", "{manifest}");
+    // rigrun is gone and the link still down: the host stops the command once the lease is out.
+    wait_for(Duration::from_secs(60), "the host to stop the command", || {
+        host.commands_on_host().is_empty()
+    });
+    host.netns.link(true);
+}
