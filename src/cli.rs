@@ -166,6 +166,11 @@ pub struct CompareArgs {
     pub runs: ComparisonArgs,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Print only what differs between the hosts compared (one run) or each host across the
+    /// runs (several): GPUs, driver, server and launch arguments, model, system, CPU, memory;
+    /// the facts that are the same are named once. In every --format.
+    #[arg(long)]
+    pub facts: bool,
 }
 
 #[derive(Args, Debug)]

@@ -196,7 +196,10 @@ pub fn compare(args: &CompareArgs) -> Result<Exit> {
     let opts = comparison(&args.runs);
     let compared =
         report::build(&runs, &Contents::Comparison(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
-    print!("{}", report::render(&compared, args.format));
+    match args.facts {
+        true => print!("{}", report::render_facts(&compared, args.format)),
+        false => print!("{}", report::render(&compared, args.format)),
+    }
     Ok(Exit::Ok)
 }
 

@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 
 use super::charts;
 use super::compare::{Across, CompareOptions, Ratios};
+use super::facts_diff::{self, FactsDiff};
 use super::grid::RunTables;
 use super::header::Header;
 use super::model::{Report, RunSummary, Section, Topic};
@@ -39,9 +40,25 @@ pub fn build(runs: &[Run], contents: &Contents) -> Result<Report> {
     let manifests: Vec<_> = runs.iter().map(|r| &r.manifest).collect();
     Ok(Report {
         runs: runs.iter().map(RunSummary::of).collect(),
+        facts_diff: compared_facts(runs, contents),
         header: Header::new(&manifests),
         sections,
     })
+}
+
+/// What differs between the columns the tables compare: the hosts of each run (`show`,
+/// `compare` of one run, the HTML report), and each host across runs (`compare` of several, the
+/// HTML report of several).
+fn compared_facts(runs: &[Run], contents: &Contents) -> Vec<FactsDiff> {
+    match contents {
+        Contents::Comparison(_) if runs.len() > 1 => facts_diff::across_runs(runs),
+        Contents::Steps { .. } | Contents::Comparison(_) => facts_diff::within_runs(runs),
+        Contents::Report(_) => {
+            let mut diffs = facts_diff::within_runs(runs);
+            diffs.extend(facts_diff::across_runs(runs));
+            diffs
+        }
+    }
 }
 
 /// `show`: a section per step of the run, each with its table.

@@ -1,11 +1,15 @@
-//! CSV for spreadsheets and notebooks: one line per cell (long format), numbers unformatted;
-//! then the scaling story, one line per step, knee and limit.
+//! CSV for spreadsheets and notebooks: the runs' notices, what differs between the hosts or runs
+//! compared, then one line per cell (long format), numbers unformatted, and the scaling story,
+//! one line per step, knee and limit.
 
+use super::facts_diff::FactsDiff;
 use super::model::Report;
 use super::scaling::Series;
 use super::Cell;
 
 const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];
+
+type Writer = ::csv::Writer<Vec<u8>>;
 
 pub fn render(report: &Report) -> String {
     let mut writer = ::csv::Writer::from_writer(Vec::new());
@@ -15,6 +19,7 @@ pub fn render(report: &Report) -> String {
         let table = format!("run {}", run.run_id);
         let _ = writer.write_record([table.as_str(), "status", "", "", "", &status, notice]);
     }
+    write_facts(&mut writer, &report.facts_diff);
     for grid in report.grids() {
         for row in &grid.rows {
             let label = row.first().map(Cell::text).unwrap_or_default();
@@ -38,7 +43,41 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
+    finish(writer)
+}
+
+/// `compare --facts`: the column names, then only what differs.
+pub fn render_facts(diffs: &[FactsDiff]) -> String {
+    let mut writer = ::csv::Writer::from_writer(Vec::new());
+    let _ = writer.write_record(COLUMNS);
+    write_facts(&mut writer, diffs);
+    finish(writer)
+}
+
+fn finish(writer: Writer) -> String {
     String::from_utf8(writer.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// What differs, in the notices' layout: `table` names the comparison (`facts: hosts of run
+/// X`), `metric` is `fact`; a line per differing fact and column (`row` the fact, `column` the
+/// host or run, status `differs`, or `not recorded` without a value), then a line per fact that
+/// is the same everywhere (status `same`, no column, no value).
+fn write_facts(writer: &mut Writer, diffs: &[FactsDiff]) {
+    for diff in diffs {
+        let table = format!("facts: {}", diff.subject);
+        for fact in &diff.differ {
+            for (column, value) in diff.columns.iter().zip(&fact.values) {
+                let (value, status) = match value {
+                    Some(v) => (v.as_str(), "differs"),
+                    None => ("", "not recorded"),
+                };
+                let _ = writer.write_record([&table, "fact", &fact.name, column, value, status, ""]);
+            }
+        }
+        for name in &diff.same {
+            let _ = writer.write_record([table.as_str(), "fact", name, "", "", "same", ""]);
+        }
+    }
 }
 
 /// (value, status, reason) of a cell.

@@ -172,7 +172,7 @@ fn gpu_kind(gpu: &Gpu) -> (String, Option<&str>) {
 }
 
 /// A field that is present and not empty.
-fn field(value: &Option<String>) -> Option<&str> {
+pub(super) fn field(value: &Option<String>) -> Option<&str> {
     value.as_deref().filter(|v| !v.is_empty())
 }
 
@@ -191,7 +191,8 @@ fn cpu_line(facts: &Facts) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-fn memory(kib: u64) -> String {
+/// `23.5 GiB` or `1.5 TiB`.
+pub(super) fn memory(kib: u64) -> String {
     let gib = kib as f64 / (1024.0 * 1024.0);
     if gib >= 1024.0 {
         format!("{:.1} TiB", gib / 1024.0)
@@ -202,14 +203,20 @@ fn memory(kib: u64) -> String {
 
 /// The server facts verify-server recorded (the last verify-server step of the host that
 /// recorded any).
-fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
+pub(super) fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
+    verify_server_details(entry)
+        .filter_map(|d| d.get("server_facts").filter(|f| f.is_object()))
+        .find_map(|f| serde_json::from_value(f.clone()).ok())
+}
+
+/// The details of the host's verify-server steps, the last first.
+pub(super) fn verify_server_details(entry: &HostEntry) -> impl Iterator<Item = &Json> {
     entry
         .steps
         .iter()
         .rev()
         .filter(|s| s.kind == "verify-server")
-        .filter_map(|s| s.details.get("server_facts").filter(|f| f.is_object()))
-        .find_map(|f| serde_json::from_value(f.clone()).ok())
+        .map(|s| &s.details)
 }
 
 /// `sglang 0.4.6, tp_size=8, quantization=modelopt_fp4` or `rigrun (no version reported)`.

@@ -1,6 +1,7 @@
 //! `rigrun report`: one self-contained HTML file that works offline — inline CSS, inline SVG
 //! charts, no script, and a Content-Security-Policy that forbids loading anything, so a page
-//! that tried would say so in the browser's console. It holds the hosts' facts, then per step
+//! that tried would say so in the browser's console. It holds what differs between the hosts
+//! (and runs) compared, the hosts' facts, then per step
 //! the charts, the hosts side by side (and across runs), the scaling story, and the references.
 //! The page is the template `report.html.jinja`, filled from the report model; every value it
 //! shows is escaped unless the template marks it safe (the CSS, the SVG charts).
@@ -11,6 +12,7 @@ use minijinja::{Environment, Error, Output, State, Value};
 use serde::Serialize;
 
 use super::cell::Cell;
+use super::facts_diff::FactsDiff;
 use super::header::{Header, HostFacts, RunFacts};
 use super::model::{Grid, Report, RunSummary, Section, Topic};
 use super::scaling;
@@ -79,6 +81,7 @@ struct Page<'a> {
     style: &'static str,
     version: &'static str,
     runs: Vec<RunLine<'a>>,
+    facts_diff: Vec<DiffView<'a>>,
     hosts: Vec<HostsOfRun<'a>>,
     sections: Vec<SectionView<'a>>,
 }
@@ -91,6 +94,7 @@ impl Page<'_> {
             style: STYLE,
             version: env!("CARGO_PKG_VERSION"),
             runs: report.runs.iter().map(RunLine::of).collect(),
+            facts_diff: report.facts_diff.iter().map(DiffView::of).collect(),
             hosts: hosts(&report.header),
             sections: report.sections.iter().map(SectionView::of).collect(),
         }
@@ -119,6 +123,31 @@ impl RunLine<'_> {
             status: format!("{:?}", run.status).to_lowercase(),
             notice: run.notice.as_deref(),
             attempts: run.attempts.as_deref(),
+        }
+    }
+}
+
+/// One comparison's differing facts as a table (a row per fact, a column per host or run) and
+/// the line naming the facts that are the same.
+#[derive(Serialize)]
+struct DiffView<'a> {
+    subject: &'a str,
+    columns: &'a [String],
+    rows: Vec<(&'a str, Vec<&'a str>)>,
+    same: String,
+}
+
+impl DiffView<'_> {
+    fn of(diff: &FactsDiff) -> DiffView<'_> {
+        DiffView {
+            subject: &diff.subject,
+            columns: &diff.columns,
+            rows: diff
+                .differ
+                .iter()
+                .map(|f| (f.name.as_str(), f.texts().collect()))
+                .collect(),
+            same: diff.same_line(),
         }
     }
 }
@@ -270,6 +299,7 @@ mod tests {
         };
         let report = Report {
             runs: Vec::new(),
+            facts_diff: Vec::new(),
             header: Header { runs: Vec::new() },
             sections: vec![Section::tables(Topic::References, vec![grid])],
         };

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
 use super::scaling::Series;
 use super::{Cell, RefCheck, Verdict};
@@ -19,14 +20,64 @@ pub fn render(report: &Report) -> String {
             points_rerun: r.rerun,
         })
         .collect();
+    let facts_diff: Vec<FactsDiffJson> = report.facts_diff.iter().map(FactsDiffJson::of).collect();
     let context = Context {
         notices: &notices,
         attempts: &attempts,
+        facts_diff: &facts_diff,
     };
     let grids: Vec<GridJson> = report.grids().map(|g| GridJson::of(g, context)).collect();
     let mut out = serde_json::to_string_pretty(&grids).unwrap_or_else(|_| "[]".into());
     out.push('\n');
     out
+}
+
+/// `compare --facts`: `{"facts_diff": [...]}`, the field every table carries, alone.
+pub fn render_facts(diffs: &[FactsDiff]) -> String {
+    #[derive(Serialize)]
+    struct Only<'a> {
+        facts_diff: Vec<FactsDiffJson<'a>>,
+    }
+    let only = Only {
+        facts_diff: diffs.iter().map(FactsDiffJson::of).collect(),
+    };
+    let mut out = serde_json::to_string_pretty(&only).unwrap_or_else(|_| "{}".into());
+    out.push('\n');
+    out
+}
+
+/// What differs in one comparison: its columns, each differing fact with a value per column
+/// (`null`: not recorded there), and the names of the facts that are the same.
+#[derive(Serialize)]
+struct FactsDiffJson<'a> {
+    subject: &'a str,
+    columns: &'a [String],
+    differ: Vec<FactJson<'a>>,
+    same: &'a [String],
+}
+
+#[derive(Serialize)]
+struct FactJson<'a> {
+    fact: &'a str,
+    values: &'a [Option<String>],
+}
+
+impl FactsDiffJson<'_> {
+    fn of(diff: &FactsDiff) -> FactsDiffJson<'_> {
+        FactsDiffJson {
+            subject: &diff.subject,
+            columns: &diff.columns,
+            differ: diff
+                .differ
+                .iter()
+                .map(|f| FactJson {
+                    fact: &f.name,
+                    values: &f.values,
+                })
+                .collect(),
+            same: &diff.same,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -43,6 +94,9 @@ struct GridJson<'a> {
     /// The runs that took more than one attempt: how many, and how many points ran again.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     attempts: &'a [AttemptsJson<'a>],
+    /// What differs between the hosts or runs compared, with every table like the notices.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    facts_diff: &'a [FactsDiffJson<'a>],
 }
 
 /// How many attempts a run took (1 + its resumes) and how many points ran more than once.
@@ -58,6 +112,7 @@ struct AttemptsJson<'a> {
 struct Context<'a> {
     notices: &'a [&'a str],
     attempts: &'a [AttemptsJson<'a>],
+    facts_diff: &'a [FactsDiffJson<'a>],
 }
 
 impl GridJson<'_> {
@@ -74,6 +129,7 @@ impl GridJson<'_> {
             scaling: &grid.scaling,
             notices: context.notices,
             attempts: context.attempts,
+            facts_diff: context.facts_diff,
         }
     }
 }

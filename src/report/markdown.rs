@@ -1,6 +1,8 @@
-//! Markdown, fit for pasting into an issue or a README: the hosts' facts as a list, each table
-//! with its notes and scaling story under it.
+//! Markdown, fit for pasting into an issue or a README: what differs between the hosts or runs
+//! compared as a table, the hosts' facts as a list, each table with its notes and scaling story
+//! under it.
 
+use super::facts_diff::FactsDiff;
 use super::model::Report;
 
 pub fn render(report: &Report) -> String {
@@ -8,14 +10,16 @@ pub fn render(report: &Report) -> String {
     for (_, notice) in report.notices() {
         out.push_str(&format!("> **note:** {}\n\n", escape(notice)));
     }
-    for line in report.header.lines() {
+    out.push_str(&facts_diff(&report.facts_diff));
+    let lines = report.header.lines();
+    for line in &lines {
         // Indented lines are facts of the host above: nested list items.
         match line.strip_prefix("  ") {
             Some(fact) => out.push_str(&format!("  - {}\n", escape(fact))),
-            None => out.push_str(&format!("- **{}**\n", escape(&line))),
+            None => out.push_str(&format!("- **{}**\n", escape(line))),
         }
     }
-    if !out.is_empty() {
+    if !lines.is_empty() {
         out.push('\n');
     }
     for grid in report.grids() {
@@ -38,6 +42,26 @@ pub fn render(report: &Report) -> String {
             }
         }
         out.push('\n');
+    }
+    out
+}
+
+/// Per comparison, a heading, a table of the facts that differ (a column per host or run) and
+/// the line naming the facts that are the same.
+pub fn facts_diff(diffs: &[FactsDiff]) -> String {
+    let mut out = String::new();
+    for diff in diffs {
+        out.push_str(&format!("### What differs: {}\n\n", escape(&diff.subject)));
+        if !diff.differ.is_empty() {
+            let header = std::iter::once("fact").chain(diff.columns.iter().map(String::as_str));
+            out.push_str(&row(header));
+            out.push_str(&row((0..=diff.columns.len()).map(|_| "---")));
+            for fact in &diff.differ {
+                out.push_str(&row(std::iter::once(fact.name.as_str()).chain(fact.texts())));
+            }
+            out.push('\n');
+        }
+        out.push_str(&format!("{}\n\n", escape(&diff.same_line())));
     }
     out
 }

@@ -9,6 +9,7 @@ mod cell;
 mod charts;
 mod compare;
 mod csv;
+mod facts_diff;
 mod grid;
 mod header;
 mod html;
@@ -72,6 +73,23 @@ impl Run {
         self.manifest.hosts.keys().cloned().collect()
     }
 }
+
+/// Only what differs between the hosts or runs the report compares, in a text format
+/// (`compare --facts`); a sentence when it compares a single host in a single run.
+pub fn render_facts(report: &Report, format: Format) -> String {
+    let diffs = &report.facts_diff;
+    match format {
+        Format::Table if diffs.is_empty() => NOTHING_COMPARED.to_string() + "\n",
+        Format::Table => table::facts_diff(diffs),
+        Format::Markdown if diffs.is_empty() => NOTHING_COMPARED.to_string() + "\n",
+        Format::Markdown => markdown::facts_diff(diffs),
+        Format::Csv => csv::render_facts(diffs),
+        Format::Json => json::render_facts(diffs),
+    }
+}
+
+/// What `compare --facts` says when there are not two columns to compare.
+const NOTHING_COMPARED: &str = "what differs: nothing to compare (a single host in a single run)";
 
 /// The report in a text format (human formats under the hosts' facts).
 pub fn render(report: &Report, format: Format) -> String {

@@ -1,19 +1,24 @@
-//! What a report contains, whatever its format: the runs, the hosts' facts, then sections (a
-//! step's charts and tables, or the references). `build.rs` makes it once from the run
+//! What a report contains, whatever its format: the runs, what differs between the columns it
+//! compares, the hosts' facts, then sections (a step's charts and tables, or the references). `build.rs` makes it once from the run
 //! directories; each format's module only renders it.
 
 use chrono::{DateTime, Utc};
 
 use super::cell::Cell;
+use super::facts_diff::FactsDiff;
 use super::header::Header;
 use super::scaling::Series;
 use super::svg::Chart;
 use super::Run;
 use crate::events::Status;
 
-/// A report: the runs it covers, their hosts' facts and its sections, in order.
+/// A report: the runs it covers, what differs between the hosts or runs compared, their hosts'
+/// facts and its sections, in order.
 pub struct Report {
     pub runs: Vec<RunSummary>,
+    /// Per comparison (the hosts of a run, or a host across runs): the facts that differ,
+    /// which every format shows before the tables.
+    pub facts_diff: Vec<FactsDiff>,
     pub header: Header,
     pub sections: Vec<Section>,
 }

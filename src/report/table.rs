@@ -4,9 +4,11 @@ use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Alignment, Style};
 
+use super::facts_diff::FactsDiff;
 use super::model::Report;
 
-/// The hosts' facts, then each table with its notes and scaling story under it.
+/// The notices, what differs between the hosts or runs compared, the hosts' facts, then each
+/// table with its notes and scaling story under it.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     for (_, notice) in report.notices() {
@@ -15,6 +17,7 @@ pub fn render(report: &Report) -> String {
     if report.notices().next().is_some() {
         out.push('\n');
     }
+    out.push_str(&facts_diff(&report.facts_diff));
     let lines = report.header.lines();
     if !lines.is_empty() {
         out.push_str(&lines.join("\n"));
@@ -37,6 +40,28 @@ pub fn render(report: &Report) -> String {
             out.push_str(&format!("  {note}\n"));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// Per comparison, `what differs: <subject>`, a table of the facts that differ (a column per
+/// host or run) and the line naming the facts that are the same; empty when nothing is compared.
+pub fn facts_diff(diffs: &[FactsDiff]) -> String {
+    let mut out = String::new();
+    for diff in diffs {
+        out.push_str(&format!("what differs: {}\n", diff.subject));
+        if !diff.differ.is_empty() {
+            let mut builder = Builder::default();
+            builder.push_record(std::iter::once("fact").chain(diff.columns.iter().map(String::as_str)));
+            for fact in &diff.differ {
+                builder.push_record(std::iter::once(fact.name.as_str()).chain(fact.texts()));
+            }
+            let mut table = builder.build();
+            table.with(Style::rounded());
+            out.push_str(&table.to_string());
+            out.push('\n');
+        }
+        out.push_str(&format!("  {}\n\n", diff.same_line()));
     }
     out
 }

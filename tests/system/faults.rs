@@ -298,7 +298,12 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
 
 #[test]
 fn a_host_gone_longer_than_reconnect_for_fails_with_the_reason_and_its_lease_cleans_up() {
-    let host = Faulty::new("fault-gone", 200, "0.5", "    reconnect_for: 10s\n    lease: 10s\n");
+    let host = Faulty::new(
+        "fault-gone",
+        200,
+        "0.5",
+        "    reconnect_for: 10s\n    lease: 10s\n",
+    );
     let run = host.start();
     host.wait_for_line(1, 2, Duration::from_secs(60));
     host.netns.link(false);
