@@ -18,6 +18,7 @@ mod config_errors;
 mod report;
 mod report_compare;
 mod report_facts;
+mod report_facts_diff;
 mod report_references;
 mod resume;
 mod shipped_playbooks;
