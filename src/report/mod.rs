@@ -1,7 +1,7 @@
 //! Reports: a run's records as tables (rows = sweep points, columns = hosts), hosts and runs
-//! compared, the scaling story of each sweep, the hosts' facts. `build` makes one [`Report`]
-//! from the run directories; one module per format renders it: table, markdown, csv, json,
-//! html.
+//! compared, the scaling story of each sweep, the hosts' facts and what differs between them.
+//! `build` makes one [`Report`] from the run directories; one module per format renders it:
+//! table, markdown, csv, json, html.
 
 mod attempts;
 mod build;

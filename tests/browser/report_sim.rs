@@ -77,8 +77,9 @@ fn compare_and_report_a_run_on_simulated_gpu_servers() {
     let run = run.to_str().unwrap();
 
     let md = rigrun_ok(&["compare", run, "--format", "markdown"], 0);
+    assert!(md.starts_with("### What differs: hosts of run "), "{md}");
     assert!(
-        md.starts_with("- **blackwell: gpu: 8x RTX PRO 6000 Blackwell (simulated)**\n"),
+        md.contains("\n- **blackwell: gpu: 8x RTX PRO 6000 Blackwell (simulated)**\n"),
         "{md}"
     );
     assert!(
