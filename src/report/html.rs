@@ -299,7 +299,13 @@ mod tests {
         };
         let report = Report {
             runs: Vec::new(),
-            facts_diff: Vec::new(),
+            facts_diff: vec![FactsDiff::new(
+                "hosts of run <r>".into(),
+                vec![
+                    ("a".into(), vec![("GPU".into(), "<A6000>".into())]),
+                    ("b".into(), vec![]),
+                ],
+            )],
             header: Header { runs: Vec::new() },
             sections: vec![Section::tables(Topic::References, vec![grid])],
         };
@@ -314,6 +320,15 @@ mod tests {
         );
         assert!(
             html.contains(r#"<section id="references"><h2>References</h2><h3>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(concat!(
+                r#"<section id="what-differs"><h2>What differs</h2><h3>hosts of run &lt;r&gt;</h3>"#,
+                r#"<table><thead><tr><th>fact</th><th>a</th><th>b</th></tr></thead><tbody>"#,
+                r#"<tr><th>GPU</th><td>&lt;A6000&gt;</td><td>—</td></tr></tbody></table>"#,
+                r#"<p class="note">no fact the same</p></section>"#,
+            )),
             "{html}"
         );
         let (head, rest) = html.split_once(STYLE).unwrap();

@@ -78,10 +78,12 @@ impl Run {
 /// (`compare --facts`); a sentence when it compares a single host in a single run.
 pub fn render_facts(report: &Report, format: Format) -> String {
     let diffs = &report.facts_diff;
+    let human = matches!(format, Format::Table | Format::Markdown);
+    if human && diffs.is_empty() {
+        return format!("{NOTHING_COMPARED}\n");
+    }
     match format {
-        Format::Table if diffs.is_empty() => NOTHING_COMPARED.to_string() + "\n",
         Format::Table => table::facts_diff(diffs),
-        Format::Markdown if diffs.is_empty() => NOTHING_COMPARED.to_string() + "\n",
         Format::Markdown => markdown::facts_diff(diffs),
         Format::Csv => csv::render_facts(diffs),
         Format::Json => json::render_facts(diffs),
