@@ -65,7 +65,12 @@ best() {
   for _ in $(seq "$REPEAT"); do
     rm -rf "$WORK/runs"
     local start=$(date +%s.%N)
-    "$@" >"$WORK/last.log" 2>&1 || { echo "failed: $* $(tail -5 "$WORK/last.log")" >&2; exit 1; }
+    # A failed run is a result too (printed as such), not the end of the benchmark.
+    if ! "$@" >"$WORK/last.log" 2>&1; then
+      echo "failed: $* $(tail -3 "$WORK/last.log")" >&2
+      echo nan
+      return
+    fi
     t=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
     [ "${STEP:-0}" = 1 ] && t=$(sweep_seconds)
     if [ -z "$best" ] || python3 -c "import sys; sys.exit(not $t < $best)"; then best=$t; fi
@@ -114,7 +119,9 @@ print(f"| raw `ssh` through a ControlMaster | {points / raw_cmd:.0f} | {raw_one:
 for row in sys.argv[8:]:
     name, sweep, one, fleet_s = row.split("|")
     sweep, one, fleet_s = float(sweep), float(one), float(fleet_s)
-    print(f"| {name} | {points / sweep:.0f} (×{sweep / raw_cmd:.2f} the raw time) | {one:.2f} (×{one / raw_one:.2f}) | {fleet_s:.2f} (×{fleet_s / raw_fleet:.2f}) |")
+    cell = lambda text, t: "failed (see the log)" if t != t else text
+    print(f"| {name} | {cell(f'{points / sweep:.0f} (×{sweep / raw_cmd:.2f} the raw time)', sweep)} "
+          f"| {cell(f'{one:.2f} (×{one / raw_one:.2f})', one)} | {cell(f'{fleet_s:.2f} (×{fleet_s / raw_fleet:.2f})', fleet_s)} |")
 print(f"\n{cores} cores shared by client and sshd; best of the repeats; ×: rigrun's time over the raw loop's (target ≤ 1.1 for the playbooks). "
       "rigrun's playbook times are whole runs: connecting, the host's facts, the run's jobs folder and lease, the steps, stopping the jobs and the masters.")
 PY
