@@ -19,6 +19,9 @@ pub struct Playbook {
     #[serde(default)]
     pub vars: Vars,
     pub steps: Vec<Step>,
+    /// Latency limits the report judges each host's sweep by (see `slo.rs`).
+    #[serde(default)]
+    pub slo: super::slo::SloSpec,
 }
 
 /// Which text fields of a step are shell commands (their substitutions get shell-quoted).

@@ -296,6 +296,7 @@ mod tests {
             columns: vec!["point".into(), "verdict".into()],
             rows: vec![vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }]],
             scaling: Vec::new(),
+            slo: None,
         };
         let report = Report {
             runs: Vec::new(),
