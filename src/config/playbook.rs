@@ -1,5 +1,5 @@
-//! The playbook: which hosts, which variables, and the steps to run on each host in order (each
-//! step kind is a module of `config/steps/`).
+//! The playbook: which hosts, which variables, the steps to run on each host in order (each
+//! step kind is a module of `config/steps/`) and the latency limits the report judges them by.
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
