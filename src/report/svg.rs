@@ -409,6 +409,21 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_is_a_labelled_line_within_the_y_axis() {
+        let mut c = chart(Scale::Log2, &[(1.0, 100.0), (4.0, 400.0)]);
+        c.limits.push(Limit {
+            y: 2000.0,
+            label: "SLO p99 ≤ 2000 <ms>".into(),
+        });
+        let svg = c.render();
+        assert!(
+            svg.contains(r#"<g class="limit"><line x1="72" x2="696" y1="40.0" y2="40.0""#),
+            "the axis grows to the limit, at the top: {svg}"
+        );
+        assert!(svg.contains(">SLO p99 ≤ 2000 &lt;ms&gt;</text></g>"), "{svg}");
+    }
+
+    #[test]
     fn degenerate_data_still_draws() {
         let svg = chart(Scale::Log2, &[(8.0, 0.0)]).render();
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
