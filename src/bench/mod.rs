@@ -54,6 +54,9 @@ client is included.
 Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
 honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU.
 
+With --slo p99_ttft_ms=2000,median_tpot_ms=50, each line also carries `good_requests` and `goodput` \
+(requests per second whose own TTFT, TPOT and E2EL met every limit, judged per request).
+
 Exit codes: 0 every level valid; 1 a level invalid or with failed requests (its line is still \
 printed); 2 bad arguments or an unreachable server.")]
 pub struct BenchArgs {
