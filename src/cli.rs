@@ -141,6 +141,12 @@ pub struct ShowArgs {
     /// The metric shown in the cells (default: output_throughput, or the first numeric one).
     #[arg(long)]
     pub metric: Option<String>,
+    /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...
+    /// (upper bounds on record metrics, e.g. p99_ttft_ms=2000,median_tpot_ms=50). Per host and
+    /// sweep, the highest concurrency meeting every limit and the table's metric there are shown
+    /// first; a level without a limited metric does not meet it.
+    #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
+    pub slo: Option<crate::config::slo::Slo>,
 }
 
 /// What `compare` and `report` read and how they compare it.
@@ -158,6 +164,12 @@ pub struct ComparisonArgs {
     /// Across runs, changes beyond this are marked as regressions or improvements.
     #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
     pub tolerance: f64,
+    /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...
+    /// (upper bounds on record metrics, e.g. p99_ttft_ms=2000,median_tpot_ms=50). Per host and
+    /// sweep, the highest concurrency meeting every limit and the table's metric there are shown
+    /// first; a level without a limited metric does not meet it.
+    #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
+    pub slo: Option<crate::config::slo::Slo>,
 }
 
 #[derive(Args, Debug)]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, ShowArgs};
+use crate::config::slo::Slo;
 use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions, Start};
@@ -182,7 +183,8 @@ fn open_run(dir: &std::path::Path) -> Result<Run> {
 }
 
 pub fn show(args: &ShowArgs) -> Result<Exit> {
-    let run = open_run(&args.run_dir)?;
+    let mut run = open_run(&args.run_dir)?;
+    judge_by(std::slice::from_mut(&mut run), args.slo.as_ref());
     let contents = Contents::Steps {
         metric: args.metric.as_deref(),
     };
@@ -192,7 +194,7 @@ pub fn show(args: &ShowArgs) -> Result<Exit> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<Exit> {
-    let runs = open_runs(&args.runs.run_dirs)?;
+    let runs = open_runs(&args.runs)?;
     let opts = comparison(&args.runs);
     let compared =
         report::build(&runs, &Contents::Comparison(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
@@ -203,8 +205,25 @@ pub fn compare(args: &CompareArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn open_runs(dirs: &[std::path::PathBuf]) -> Result<Vec<Run>> {
-    dirs.iter().map(|d| open_run(d)).collect()
+/// The run directories compared, judged by `--slo` when given.
+fn open_runs(args: &ComparisonArgs) -> Result<Vec<Run>> {
+    let mut runs = args
+        .run_dirs
+        .iter()
+        .map(|d| open_run(d))
+        .collect::<Result<Vec<_>>>()?;
+    judge_by(&mut runs, args.slo.as_ref());
+    Ok(runs)
+}
+
+/// `--slo`: the runs are judged by these limits instead of their playbooks' (any run, even one
+/// made before rigrun knew of limits).
+fn judge_by(runs: &mut [Run], slo: Option<&Slo>) {
+    if let Some(slo) = slo {
+        for run in runs {
+            run.manifest.slo = slo.clone();
+        }
+    }
 }
 
 /// The comparison the user asked for on the command line.
@@ -217,7 +236,7 @@ fn comparison(args: &ComparisonArgs) -> CompareOptions<'_> {
 }
 
 pub fn report(args: &ReportArgs) -> Result<Exit> {
-    let runs = open_runs(&args.runs.run_dirs)?;
+    let runs = open_runs(&args.runs)?;
     let opts = comparison(&args.runs);
     let model = report::build(&runs, &Contents::Report(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
     let html = report::html(&model)?;

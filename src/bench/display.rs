@@ -197,6 +197,7 @@ mod tests {
             cores: 2,
             max_rss_mb: 10.0,
             problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
+            good: None,
         };
         let lines = row(&summary);
         let cells: Vec<&str> = lines[0].split_whitespace().collect();

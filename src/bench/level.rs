@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use super::client::{Client, Outcome};
+use super::goodput::Goodput;
 use super::metrics::{Asked, Collector};
 use super::rng::Rng;
 use super::sys;
@@ -22,16 +23,19 @@ pub struct Shared {
     pub client: Client,
     pub workload: Workload,
     pub stream: bool,
+    /// `--slo`'s per-request limits, when goodput is asked for.
+    pub goodput: Option<Goodput>,
     /// The next request's number in the run (unique prefixes never repeat across levels).
     next_index: AtomicU64,
 }
 
 impl Shared {
-    pub fn new(client: Client, workload: Workload, stream: bool) -> Arc<Self> {
+    pub fn new(client: Client, workload: Workload, stream: bool, goodput: Option<Goodput>) -> Arc<Self> {
         Arc::new(Shared {
             client,
             workload,
             stream,
+            goodput,
             next_index: AtomicU64::new(0),
         })
     }
@@ -96,7 +100,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
     progress.measuring();
     let before = sys::usage();
     let t0 = Instant::now();
-    let mut collector = Collector::new(t0, shared.stream);
+    let mut collector = Collector::new(t0, shared.stream, shared.goodput);
     let phase = Phase {
         slots: plan.concurrency as usize,
         stop: plan.stop,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::client::{Failure, Outcome};
+use super::goodput::{Goodput, Latencies};
 
 /// Width of the timeline's bins that steady-state tokens are counted in.
 const BIN_NS: u64 = 1_000_000;
@@ -182,6 +183,9 @@ pub struct Collector {
     timeline: Timeline,
     /// When the last request ended.
     pub last_end: Option<Instant>,
+    /// The per-request limits of `--slo`, and how many completed requests met them.
+    goodput: Option<Goodput>,
+    good: u64,
 }
 
 /// How one request was asked for.
@@ -195,7 +199,8 @@ pub struct Asked {
 }
 
 impl Collector {
-    pub fn new(t0: Instant, stream: bool) -> Self {
+    /// A collector for a level starting at `t0`, judging each request by `goodput` when given.
+    pub fn new(t0: Instant, stream: bool, goodput: Option<Goodput>) -> Self {
         Collector {
             t0,
             stream,
@@ -208,6 +213,8 @@ impl Collector {
             intervals: Vec::new(),
             timeline: Timeline::default(),
             last_end: None,
+            goodput,
+            good: 0,
         }
     }
 
@@ -240,27 +247,42 @@ impl Collector {
         self.counts.complete(input, output, asked.max_tokens);
         let due = asked.due.min(outcome.sent);
         self.queue.record(outcome.sent - due);
-        self.e2el.record(outcome.end.saturating_duration_since(due));
-        self.add_stream_times(due, outcome, output);
+        let e2el = outcome.end.saturating_duration_since(due);
+        self.e2el.record(e2el);
+        let (ttft, tpot) = self.add_stream_times(due, outcome, output);
+        let request = Latencies { ttft, tpot, e2el };
+        if self.goodput.is_some_and(|g| g.met_by(&request)) {
+            self.good += 1;
+        }
     }
 
-    /// TTFT, TPOT, ITL and the timeline, from the token events' arrival times.
-    fn add_stream_times(&mut self, due: Instant, outcome: &Outcome, output: u64) {
+    /// TTFT, TPOT, ITL and the timeline, from the token events' arrival times; the request's
+    /// TTFT and TPOT, where measured.
+    fn add_stream_times(
+        &mut self,
+        due: Instant,
+        outcome: &Outcome,
+        output: u64,
+    ) -> (Option<Duration>, Option<Duration>) {
         let events = &outcome.events;
         let sent_ns = self.since_t0(outcome.sent);
         let Some(&first) = events.first() else {
-            return;
+            return (None, None);
         };
         let ns = Duration::from_nanos;
         if !self.stream {
             // A whole response: its tokens are spread over its duration.
             self.timeline.spread(sent_ns, sent_ns + first, output as f64);
-            return;
+            return (None, None);
         }
-        self.ttft.record(outcome.sent - due + ns(first));
-        if output > 1 {
+        let ttft = outcome.sent - due + ns(first);
+        self.ttft.record(ttft);
+        let tpot = (output > 1).then(|| {
             let first_to_end = outcome.end.saturating_duration_since(outcome.sent + ns(first));
-            self.tpot.record(first_to_end / (output - 1) as u32);
+            first_to_end / (output - 1) as u32
+        });
+        if let Some(tpot) = tpot {
+            self.tpot.record(tpot);
         }
         for pair in events.windows(2) {
             self.itl.record(ns(pair[1].saturating_sub(pair[0])));
@@ -269,6 +291,12 @@ impl Collector {
         for &at in events {
             self.timeline.point(sent_ns + at, per_event);
         }
+        (Some(ttft), tpot)
+    }
+
+    /// How many completed requests met every `--slo` limit; none when goodput was not asked for.
+    pub fn good(&self) -> Option<u64> {
+        self.goodput.map(|_| self.good)
     }
 
     /// How many requests were in flight at most, and the window (ns after `t0`) when at least
@@ -355,7 +383,7 @@ mod tests {
         assert_eq!(concurrency(&intervals, 2), (2, Some((5, 25))));
         assert_eq!(concurrency(&intervals, 3), (2, None));
         assert_eq!(concurrency(&[], 1), (0, None));
-        let mut c = Collector::new(Instant::now(), true);
+        let mut c = Collector::new(Instant::now(), true, None);
         c.intervals = intervals.to_vec();
         assert_eq!(c.mean_in_flight((5, 25)), Some(2.0));
         assert_eq!(c.mean_in_flight((0, 40)), Some(50.0 / 40.0));
@@ -401,7 +429,7 @@ mod tests {
     #[test]
     fn failures_are_counted_by_kind_with_their_first_example() {
         let t0 = Instant::now();
-        let mut c = Collector::new(t0, true);
+        let mut c = Collector::new(t0, true, None);
         let asked = asked_at(t0, None);
         for (kind, detail) in [
             ("http_500", "first"),
@@ -426,7 +454,7 @@ mod tests {
     #[test]
     fn latencies_count_from_when_the_request_was_due() {
         let t0 = Instant::now();
-        let mut c = Collector::new(t0, true);
+        let mut c = Collector::new(t0, true, None);
         let asked = asked_at(t0, Some(8));
         // Sent 10 ms late (client queueing); tokens at 30, 40, 50, 60; done at 60.
         c.add(asked, &outcome(t0, 10, &[30, 40, 50, 60], 60, 4));
@@ -444,5 +472,20 @@ mod tests {
         c.add(asked, &outcome(t0, 0, &[5], 5, 1));
         assert_eq!((c.counts.short, c.counts.fewest_tokens), (1, Some(1)));
         assert_eq!(c.throughput_in((0, 100_000_000)), Some(50.0));
+    }
+
+    #[test]
+    fn goodput_counts_the_requests_within_every_limit_each_judged_alone() {
+        let t0 = Instant::now();
+        let slo = crate::config::slo::Slo::parse("p99_ttft_ms=25,median_tpot_ms=12").unwrap();
+        let mut c = Collector::new(t0, true, Some(Goodput::from_slo(&slo).unwrap()));
+        let asked = asked_at(t0, Some(8));
+        // TTFT 20 ms, TPOT 10 ms: good. TTFT 30 ms: not. TPOT 20 ms: not. One token: no TPOT.
+        c.add(asked, &outcome(t0, 0, &[20, 30, 40, 50], 50, 4));
+        c.add(asked, &outcome(t0, 0, &[30, 40, 50, 60], 60, 4));
+        c.add(asked, &outcome(t0, 0, &[20, 40, 60, 80], 80, 4));
+        c.add(asked, &outcome(t0, 0, &[5], 5, 1));
+        assert_eq!(c.good(), Some(1));
+        assert_eq!(Collector::new(t0, true, None).good(), None, "not asked for");
     }
 }

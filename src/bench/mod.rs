@@ -14,6 +14,7 @@
 
 mod client;
 mod display;
+mod goodput;
 mod level;
 mod metrics;
 mod record;
@@ -35,6 +36,7 @@ pub use self::workload::Api;
 
 use self::client::{Client, ModelsError};
 use self::display::LevelProgress;
+use self::goodput::Goodput;
 use self::level::{LevelPlan, Shared, Stop};
 use self::record::{RunInfo, Summary};
 use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
@@ -51,6 +53,9 @@ client is included.
 
 Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
 honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU.
+
+With --slo p99_ttft_ms=2000,median_tpot_ms=50, each line also carries `good_requests` and `goodput` \
+(requests per second whose own TTFT, TPOT and E2EL met every limit, judged per request).
 
 Exit codes: 0 every level valid; 1 a level invalid or with failed requests (its line is still \
 printed); 2 bad arguments or an unreachable server.")]
@@ -114,6 +119,12 @@ pub struct BenchArgs {
     /// results, so a rerun cannot hit the previous run's prefix cache).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Also measure goodput: the requests per second whose own TTFT, TPOT and end-to-end latency
+    /// meet these limits (as vLLM's --goodput), in the record as `goodput` and `good_requests`.
+    /// The limits are written as the report's --slo (p99_ttft_ms=2000,median_tpot_ms=50); per
+    /// request, a limit on any statistic of a latency bounds that latency, the strictest winning.
+    #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
+    pub slo: Option<crate::config::slo::Slo>,
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -136,6 +147,12 @@ fn positive_rate(text: &str) -> Result<f64, String> {
 /// Runs `rigrun bench`; the exit code says whether every level is valid.
 pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     check_args(&args)?;
+    let goodput = args
+        .slo
+        .as_ref()
+        .map(Goodput::from_slo)
+        .transpose()
+        .map_err(Invalid)?;
     let source = Source::parse(&args.workload).map_err(Invalid)?;
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir)
@@ -160,7 +177,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     })
     .map_err(Invalid)?;
     let info = run_info(&args, &workload, model, seed);
-    let shared = Shared::new(client, workload, stream);
+    let shared = Shared::new(client, workload, stream, goodput);
     run_levels(&shared, &args, &info).await
 }
 

@@ -54,6 +54,8 @@ pub struct Summary {
     pub cores: usize,
     pub max_rss_mb: f64,
     pub problems: Vec<String>,
+    /// Completed requests that met every `--slo` limit, when goodput was asked for.
+    pub good: Option<u64>,
 }
 
 impl Summary {
@@ -107,6 +109,7 @@ impl Summary {
             cpu_percent: cores_used * 100.0,
             cores,
             max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
+            good: c.good(),
         }
     }
 
@@ -211,6 +214,10 @@ impl Summary {
             "steady_state_duration".into(),
             self.steady.map_or(Value::Null, |(_, s)| round(s, 4)),
         );
+        if let Some(good) = self.good {
+            m.insert("good_requests".into(), good.into());
+            m.insert("goodput".into(), round(self.per_second(good), 4));
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod inventory;
 pub mod playbook;
 pub mod reference;
 pub mod render;
+pub mod slo;
 pub mod steps;
 pub mod template;
 mod validate;
@@ -145,6 +146,8 @@ pub struct Config {
     pub hosts: Vec<String>,
     /// The playbook's expected values for the selected hosts.
     pub references: Vec<reference::Reference>,
+    /// The playbook's latency limits (`slo:`), resolved.
+    pub slo: slo::Slo,
 }
 
 /// Values that rigrun defines for every host; they cannot be redefined as variables.
@@ -184,10 +187,12 @@ impl Config {
             extra_vars,
             hosts: Vec::new(),
             references: Vec::new(),
+            slo: slo::Slo::default(),
         };
         config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
         validate::check(&config)?;
         config.references = reference::resolve(&config).map_err(ConfigErrors)?;
+        config.slo = slo::resolve(&config).map_err(ConfigErrors)?;
         Ok(config)
     }
 

@@ -1,5 +1,5 @@
-//! The playbook: which hosts, which variables, and the steps to run on each host in order (each
-//! step kind is a module of `config/steps/`).
+//! The playbook: which hosts, which variables, the steps to run on each host in order (each
+//! step kind is a module of `config/steps/`) and the latency limits the report judges them by.
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
@@ -19,6 +19,9 @@ pub struct Playbook {
     #[serde(default)]
     pub vars: Vars,
     pub steps: Vec<Step>,
+    /// Latency limits the report judges each host's sweep by (see `slo.rs`).
+    #[serde(default)]
+    pub slo: super::slo::SloSpec,
 }
 
 /// Which text fields of a step are shell commands (their substitutions get shell-quoted).

@@ -1,16 +1,17 @@
 //! The report's charts, from the records of one step across runs: output throughput against
 //! concurrency (log2, one line per host), TTFT p50/p99 against concurrency, per-request tok/s
 //! against total tok/s (the trade-off view), and prefill time (TTFT) against input length for
-//! long-context sweeps. Only valid measurements are drawn; a chart the data cannot support is
+//! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid measurements are drawn; a chart the data cannot support is
 //! left out with a sentence saying why.
 
 use indexmap::IndexMap;
 use serde_json::Value as Json;
 
+use super::cell::format_number;
 use super::cell::invalid_reason;
 use super::compare::run_label;
 use super::scaling::{concurrency_of, series_name};
-use super::svg::{tooltip, Chart, Point, Scale, Series};
+use super::svg::{tooltip, Chart, Limit, Point, Scale, Series};
 use super::Run;
 use crate::events::{Record, RecordStatus};
 
@@ -54,7 +55,7 @@ pub fn for_step(runs: &[Run], step_index: usize, step: &str) -> (Vec<Chart>, Vec
     let mut left_out = Vec::new();
     let attempts = [
         throughput(&samples, &mut colors),
-        ttft(&samples, &mut colors),
+        ttft(&samples, &mut colors, &slo_limits(runs)),
         tradeoff(&samples, &mut colors),
         prefill(&samples, &mut colors),
     ];
@@ -65,6 +66,17 @@ pub fn for_step(runs: &[Run], step_index: usize, step: &str) -> (Vec<Chart>, Vec
         }
     }
     (charts, left_out)
+}
+
+/// Every limit of the runs' SLOs, once (runs judged by different limits show each).
+fn slo_limits(runs: &[Run]) -> Vec<(&str, f64)> {
+    let mut limits: Vec<(&str, f64)> = Vec::new();
+    for (metric, &limit) in runs.iter().flat_map(|r| &r.manifest.slo.limits) {
+        if !limits.contains(&(metric.as_str(), limit)) {
+            limits.push((metric.as_str(), limit));
+        }
+    }
+    limits
 }
 
 fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>> {
@@ -184,10 +196,12 @@ fn throughput(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> 
         y_label: "output tok/s".into(),
         x_scale: Scale::Log2,
         series,
+        limits: Vec::new(),
     })
 }
 
-fn ttft(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
+/// The TTFT chart, with a line at each SLO limit on the TTFT it draws (p50 or p99).
+fn ttft(samples: &[Sample], colors: &mut Colors, slo: &[(&str, f64)]) -> Result<Chart, String> {
     let mut series = by_concurrency(samples, colors, "median_ttft_ms", "ms TTFT p50", " p50");
     let mut p99 = by_concurrency(samples, colors, "p99_ttft_ms", "ms TTFT p99", " p99");
     for s in &mut p99 {
@@ -206,6 +220,14 @@ fn ttft(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
         y_label: "TTFT (ms)".into(),
         x_scale: Scale::Log2,
         series,
+        limits: slo
+            .iter()
+            .filter(|(metric, _)| ["median_ttft_ms", "p99_ttft_ms"].contains(metric))
+            .map(|&(metric, y)| Limit {
+                y,
+                label: format!("SLO {metric} ≤ {}", format_number(y)),
+            })
+            .collect(),
     })
 }
 
@@ -246,6 +268,7 @@ fn tradeoff(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
         },
         x_scale: Scale::Linear,
         series,
+        limits: Vec::new(),
     })
 }
 
@@ -289,5 +312,6 @@ fn prefill(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
         y_label: "TTFT (ms)".into(),
         x_scale: Scale::Linear,
         series,
+        limits: Vec::new(),
     })
 }

@@ -88,9 +88,13 @@ impl Ratios {
     }
 
     /// Appends, for every host but the baseline, a column of its ratio to the baseline's value
-    /// (the grid's columns are the label, then one per host in the run's order).
+    /// (the grid's columns are the label, then one per host in the run's order); the SLO
+    /// capacities' ratios are against the same baseline.
     pub fn add_to(&self, mut grid: Grid) -> Grid {
         let (hosts, baseline) = (&self.hosts, &self.baseline);
+        if let Some(slo) = &mut grid.slo {
+            slo.rebase(baseline);
+        }
         let others: Vec<usize> = (0..hosts.len()).filter(|&i| hosts[i] != *baseline).collect();
         let Some(base) = hosts.iter().position(|h| h == baseline) else {
             return grid;
@@ -193,6 +197,7 @@ impl<'a> Across<'a> {
             metric,
             rows,
             scaling: Vec::new(),
+            slo: None,
         }
     }
 

@@ -1,10 +1,11 @@
 //! CSV for spreadsheets and notebooks: the runs' notices, what differs between the hosts or runs
-//! compared, then one line per cell (long format), numbers unformatted, and the scaling story,
+//! compared, the SLO capacities, then one line per cell (long format), numbers unformatted, and the scaling story,
 //! one line per step, knee and limit.
 
 use super::facts_diff::FactsDiff;
 use super::model::Report;
 use super::scaling::Series;
+use super::slo::SloCapacity;
 use super::Cell;
 
 const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];
@@ -20,6 +21,9 @@ pub fn render(report: &Report) -> String {
         let _ = writer.write_record([table.as_str(), "status", "", "", "", &status, notice]);
     }
     write_facts(&mut writer, &report.facts_diff);
+    for (grid, slo) in report.capacities() {
+        write_slo(&mut writer, &grid.title, slo);
+    }
     for grid in report.grids() {
         for row in &grid.rows {
             let label = row.first().map(Cell::text).unwrap_or_default();
@@ -76,6 +80,39 @@ fn write_facts(writer: &mut Writer, diffs: &[FactsDiff]) {
         }
         for name in &diff.same {
             let _ = writer.write_record([table.as_str(), "fact", name, "", "", "same", ""]);
+        }
+    }
+}
+
+/// The SLO capacity of a table, before the cells, in the notices' layout: `table` is the
+/// table's title, `metric` is `slo`; a line per limit (`row` the limited metric, column
+/// `limit`), then per series (`row` its name): column `within slo` (the capacity's concurrency,
+/// status `within slo`, or `none within slo` without a value), the table's metric there (status
+/// `ok`), the ratio to the baseline (status `x`), and `breach` (the first level above that
+/// breaks a limit; status the limit's metric, or `not measured`; reason why).
+fn write_slo(writer: &mut Writer, table: &str, slo: &SloCapacity) {
+    for (metric, limit) in &slo.limits.limits {
+        let _ = writer.write_record([table, "slo", metric, "limit", &limit.to_string(), "limit", ""]);
+    }
+    for s in &slo.series {
+        let mut line = |column: &str, value: String, status: &str, reason: &str| {
+            let _ = writer.write_record([table, "slo", &s.name, column, &value, status, reason]);
+        };
+        match &s.within {
+            Some(w) => {
+                line("within slo", w.concurrency.to_string(), "within slo", "");
+                let value = w.value.map(|v| v.to_string()).unwrap_or_default();
+                let status = if w.value.is_some() { "ok" } else { "missing" };
+                line(&slo.metric, value, status, "");
+            }
+            None => line("within slo", String::new(), "none within slo", ""),
+        }
+        if let (Some(r), Some(base)) = (s.ratio, &slo.baseline) {
+            line(&format!("{} / {base}", slo.metric), format!("{r:.4}"), "x", "");
+        }
+        if let Some(b) = &s.breach {
+            let status = b.metric.as_deref().unwrap_or("not measured");
+            line("breach", b.concurrency.to_string(), status, &b.reason);
         }
     }
 }

@@ -1,10 +1,11 @@
 //! One run's tables: per step, rows = points, columns = the run's hosts, each cell checked
-//! against its reference, with the scaling story under the main sweeps.
+//! against its reference, with the scaling story and the SLO capacity of the main sweeps.
 
 use super::cell::{cell, Cell};
 use super::model::Grid;
 use super::planned::{not_run_reason, Planned};
 use super::references::Lookup;
+use super::slo::SloCapacity;
 use super::steps::{group, is_main_step, pick_metric, RowRecords, StepRecords};
 use super::{scaling, Run};
 
@@ -39,6 +40,7 @@ impl<'a> RunTables<'a> {
     pub fn grid(&self, step: &StepRecords, metric: Option<&str>) -> Grid {
         let hosts = self.run.hosts();
         let metric = pick_metric(step, metric);
+        let main = is_main_step(&self.steps, step);
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
         let rows = step
@@ -61,10 +63,13 @@ impl<'a> RunTables<'a> {
                 step.step_index + 1,
                 step.step
             ),
-            scaling: match is_main_step(&self.steps, step) {
+            scaling: match main {
                 true => scaling::stories(step, &metric, &hosts),
                 false => Vec::new(),
             },
+            slo: main
+                .then(|| SloCapacity::of(step, &metric, &hosts, &self.run.manifest.slo))
+                .flatten(),
             metric,
             columns,
             rows,

@@ -1,7 +1,7 @@
 //! `rigrun report`: one self-contained HTML file that works offline — inline CSS, inline SVG
 //! charts, no script, and a Content-Security-Policy that forbids loading anything, so a page
 //! that tried would say so in the browser's console. It holds what differs between the hosts
-//! (and runs) compared, the hosts' facts, then per step
+//! (and runs) compared, the capacity of each host under the SLO, the hosts' facts, then per step
 //! the charts, the hosts side by side (and across runs), the scaling story, and the references.
 //! The page is the template `report.html.jinja`, filled from the report model; every value it
 //! shows is escaped unless the template marks it safe (the CSS, the SVG charts).
@@ -82,6 +82,8 @@ struct Page<'a> {
     version: &'static str,
     runs: Vec<RunLine<'a>>,
     facts_diff: Vec<DiffView<'a>>,
+    /// Per sweep table with latency limits: its title, the headline and the breaches.
+    slo: Vec<(&'a str, String, Vec<String>)>,
     hosts: Vec<HostsOfRun<'a>>,
     sections: Vec<SectionView<'a>>,
 }
@@ -95,6 +97,10 @@ impl Page<'_> {
             version: env!("CARGO_PKG_VERSION"),
             runs: report.runs.iter().map(RunLine::of).collect(),
             facts_diff: report.facts_diff.iter().map(DiffView::of).collect(),
+            slo: report
+                .capacities()
+                .map(|(grid, slo)| (grid.title.as_str(), slo.headline(), slo.breaches()))
+                .collect(),
             hosts: hosts(&report.header),
             sections: report.sections.iter().map(SectionView::of).collect(),
         }
@@ -296,6 +302,7 @@ mod tests {
             columns: vec!["point".into(), "verdict".into()],
             rows: vec![vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }]],
             scaling: Vec::new(),
+            slo: None,
         };
         let report = Report {
             runs: Vec::new(),

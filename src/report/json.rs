@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
 use super::scaling::Series;
+use super::slo::SloCapacity;
 use super::{Cell, RefCheck, Verdict};
 
 pub fn render(report: &Report) -> String {
@@ -88,6 +89,10 @@ struct GridJson<'a> {
     rows: Vec<Vec<CellJson<'a>>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scaling: &'a Vec<Series>,
+    /// The latency limits and, per series, the highest concurrency within them, the table's
+    /// metric there, its ratio to the baseline and the first level above that breaks a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slo: Option<&'a SloCapacity>,
     /// The runs that did not finish well, said with every table (see `Report::notices`).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     notices: &'a [&'a str],
@@ -127,6 +132,7 @@ impl GridJson<'_> {
                 .map(|row| row.iter().map(CellJson::of).collect())
                 .collect(),
             scaling: &grid.scaling,
+            slo: grid.slo.as_ref(),
             notices: context.notices,
             attempts: context.attempts,
             facts_diff: context.facts_diff,

@@ -1,5 +1,5 @@
 //! Markdown, fit for pasting into an issue or a README: what differs between the hosts or runs
-//! compared as a table, the hosts' facts as a list, each table with its notes and scaling story
+//! compared as a table, the hosts' facts as a list, the SLO capacities, each table with its notes and scaling story
 //! under it.
 
 use super::facts_diff::FactsDiff;
@@ -21,6 +21,19 @@ pub fn render(report: &Report) -> String {
     }
     if !lines.is_empty() {
         out.push('\n');
+    }
+    for (grid, slo) in report.capacities() {
+        out.push_str(&format!(
+            "**{}** — {}\n\n",
+            escape(&grid.title),
+            escape(&slo.headline())
+        ));
+        for line in slo.breaches() {
+            out.push_str(&format!("- {}\n", escape(&line)));
+        }
+        if !slo.breaches().is_empty() {
+            out.push('\n');
+        }
     }
     for grid in report.grids() {
         out.push_str(&format!("### {} — `{}`\n\n", escape(&grid.title), grid.metric));

@@ -19,6 +19,7 @@ mod model;
 mod planned;
 pub mod references;
 pub mod scaling;
+mod slo;
 mod steps;
 mod svg;
 mod table;

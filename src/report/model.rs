@@ -8,6 +8,7 @@ use super::cell::Cell;
 use super::facts_diff::FactsDiff;
 use super::header::Header;
 use super::scaling::Series;
+use super::slo::SloCapacity;
 use super::svg::Chart;
 use super::Run;
 use crate::events::Status;
@@ -33,6 +34,11 @@ impl Report {
                 .into_iter()
                 .filter_map(move |n| n.as_deref().map(|n| (r, n)))
         })
+    }
+
+    /// The tables with an SLO capacity, each with it: the headline every format shows first.
+    pub fn capacities(&self) -> impl Iterator<Item = (&Grid, &SloCapacity)> {
+        self.grids().filter_map(|g| g.slo.as_ref().map(|s| (g, s)))
     }
 
     /// Every table of every section, in order: what the text formats print one after another.
@@ -180,6 +186,8 @@ pub struct Grid {
     pub rows: Vec<Vec<Cell>>,
     /// The scaling story of a concurrency sweep, per host.
     pub scaling: Vec<Series>,
+    /// The capacity of each host under the run's latency limits, when it states any.
+    pub slo: Option<SloCapacity>,
 }
 
 impl Grid {

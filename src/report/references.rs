@@ -162,5 +162,6 @@ pub fn grid(run: &Run) -> Option<Grid> {
         .to_vec(),
         rows,
         scaling: Vec::new(),
+        slo: None,
     })
 }

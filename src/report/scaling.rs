@@ -193,17 +193,51 @@ pub fn concurrency_of(record: &Record) -> Option<f64> {
 /// The series of a record: its host, plus the other axes of its point (a long-context sweep
 /// over input lengths has one series per input length). Fetched files are not an axis.
 pub fn series_name(record: &Record) -> String {
+    match other_axes(record) {
+        axes if axes.is_empty() => record.host.clone(),
+        axes => format!("{} ({axes})", record.host),
+    }
+}
+
+/// The axes of a record's point other than concurrency (and fetched files), as a label; empty
+/// when there are none. Series of different hosts with the same axes are compared.
+pub fn other_axes(record: &Record) -> String {
     let others: IndexMap<String, Json> = record
         .point
         .iter()
         .filter(|(k, _)| *k != "concurrency" && *k != "file")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if others.is_empty() {
-        record.host.clone()
-    } else {
-        format!("{} ({})", record.host, point::label(&others))
+    match others.is_empty() {
+        true => String::new(),
+        false => point::label(&others),
     }
+}
+
+/// One concurrency level of a series: the records of one row of one host.
+pub struct Row<'s, 'a> {
+    pub concurrency: f64,
+    pub records: &'s Vec<&'a Record>,
+}
+
+/// A step's rows per series, keyed by (series name, host) in the order first seen, each
+/// series' levels in row order (several may share a concurrency); rows without a concurrency
+/// are left out. What the scaling story and the SLO capacity walk.
+pub fn series_rows<'s, 'a>(step: &'s StepRecords<'a>) -> IndexMap<(String, String), Vec<Row<'s, 'a>>> {
+    let mut series: IndexMap<(String, String), Vec<Row>> = IndexMap::new();
+    for by_host in step.rows.values() {
+        for records in by_host.values() {
+            let Some(first) = records.first() else { continue };
+            let Some(concurrency) = records.iter().find_map(|r| concurrency_of(r)) else {
+                continue;
+            };
+            series
+                .entry((series_name(first), first.host.clone()))
+                .or_default()
+                .push(Row { concurrency, records });
+        }
+    }
+    series
 }
 
 /// The scaling stories of one step, one per series with at least two levels, in the order of
@@ -212,37 +246,33 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
     let Some(metric) = metric_for(step, table_metric) else {
         return Vec::new();
     };
-    let mut levels: IndexMap<(String, String), Vec<Level>> = IndexMap::new();
-    for by_host in step.rows.values() {
-        for records in by_host.values() {
-            let Some(first) = records.first() else { continue };
-            let Some(concurrency) = records.iter().find_map(|r| concurrency_of(r)) else {
-                continue;
-            };
-            let outcome = match cell(Some(records), &metric) {
-                Cell::Value { value, .. } => Outcome::Measured(value),
-                Cell::Skipped { reason } => Outcome::stopped("skipped", reason),
-                Cell::Failed { reason } => Outcome::stopped("failed", reason),
-                Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
-                Cell::Missing
-                | Cell::NotRun { .. }
-                | Cell::Label { .. }
-                | Cell::Ratio { .. }
-                | Cell::Change { .. }
-                | Cell::Check { .. } => continue,
-            };
-            let key = (series_name(first), first.host.clone());
-            levels
-                .entry(key)
-                .or_default()
-                .push(Level { concurrency, outcome });
+    let mut stories: Vec<Series> = Vec::new();
+    for ((name, host), rows) in series_rows(step) {
+        let levels: Vec<Level> = rows
+            .iter()
+            .filter_map(|row| {
+                let outcome = match cell(Some(row.records), &metric) {
+                    Cell::Value { value, .. } => Outcome::Measured(value),
+                    Cell::Skipped { reason } => Outcome::stopped("skipped", reason),
+                    Cell::Failed { reason } => Outcome::stopped("failed", reason),
+                    Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
+                    Cell::Missing
+                    | Cell::NotRun { .. }
+                    | Cell::Label { .. }
+                    | Cell::Ratio { .. }
+                    | Cell::Change { .. }
+                    | Cell::Check { .. } => return None,
+                };
+                Some(Level {
+                    concurrency: row.concurrency,
+                    outcome,
+                })
+            })
+            .collect();
+        if levels.len() >= 2 {
+            stories.push(analyze(&name, &host, &metric, levels));
         }
     }
-    let mut stories: Vec<Series> = levels
-        .into_iter()
-        .filter(|(_, l)| l.len() >= 2)
-        .map(|((name, host), l)| analyze(&name, &host, &metric, l))
-        .collect();
     stories.sort_by_key(|s| hosts.iter().position(|h| *h == s.host));
     stories
 }

@@ -1,5 +1,6 @@
 //! Line charts as inline SVG, written by hand: axes with round ticks (linear, or log2 for
-//! concurrency), one line per series with a marker and a tooltip (`<title>`) per point, a legend.
+//! concurrency), one line per series with a marker and a tooltip (`<title>`) per point, a legend,
+//! and horizontal lines at limits (an SLO's latency bounds).
 //! No script and no external resource, so a report works offline and pastes anywhere.
 
 use std::fmt::Write as _;
@@ -10,6 +11,9 @@ use super::cell::format_number;
 const PALETTE: &[&str] = &[
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
 ];
+
+/// The colour of limit lines: a red none of the series has.
+const LIMIT_COLOR: &str = "#B3261E";
 
 const WIDTH: f64 = 720.0;
 const PLOT_HEIGHT: f64 = 300.0;
@@ -56,6 +60,15 @@ pub struct Chart {
     pub y_label: String,
     pub x_scale: Scale,
     pub series: Vec<Series>,
+    /// Horizontal lines across the plot: a limit on the y metric, named.
+    pub limits: Vec<Limit>,
+}
+
+/// A horizontal line at `y`, labelled (e.g. `SLO p99_ttft_ms ≤ 2000`).
+#[derive(Clone, Debug)]
+pub struct Limit {
+    pub y: f64,
+    pub label: String,
 }
 
 /// Maps data values to pixels along one axis.
@@ -172,7 +185,8 @@ impl Chart {
     /// The chart as an `<svg>` element.
     pub fn render(&self) -> String {
         let x = Axis::new(self.x_scale, self.points().map(|p| p.x));
-        let y = Axis::new(Scale::Linear, self.points().map(|p| p.y));
+        let limits = self.limits.iter().map(|l| l.y);
+        let y = Axis::new(Scale::Linear, self.points().map(|p| p.y).chain(limits));
         let legend_rows = self.series.len().div_ceil(LEGEND_COLUMNS);
         let height = TOP + PLOT_HEIGHT + AXIS_SPACE + legend_rows as f64 * LEGEND_ROW + 8.0;
         let mut svg = String::new();
@@ -190,6 +204,17 @@ impl Chart {
         self.grid_and_axes(&mut svg, &x, &y);
         for series in &self.series {
             self.line(&mut svg, series, &x, &y);
+        }
+        for limit in &self.limits {
+            let py = Self::py(&y, limit.y);
+            let _ = write!(
+                svg,
+                r#"<g class="limit"><line x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="{LIMIT_COLOR}" stroke-width="1.5" stroke-dasharray="2 3"/><text class="legend" x="{}" y="{:.1}" text-anchor="end">{}</text></g>"#,
+                WIDTH - RIGHT,
+                WIDTH - RIGHT - 4.0,
+                py - 4.0,
+                escape(&limit.label)
+            );
         }
         self.legend(&mut svg, TOP + PLOT_HEIGHT + AXIS_SPACE);
         svg.push_str("</svg>");
@@ -342,6 +367,7 @@ mod tests {
                     })
                     .collect(),
             }],
+            limits: Vec::new(),
         }
     }
 
@@ -380,6 +406,21 @@ mod tests {
         assert!(svg.contains("stroke-dasharray"));
         assert!(svg.contains("<title>host: C=16: 1647 tok/s</title>"), "{svg}");
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+
+    #[test]
+    fn a_limit_is_a_labelled_line_within_the_y_axis() {
+        let mut c = chart(Scale::Log2, &[(1.0, 100.0), (4.0, 400.0)]);
+        c.limits.push(Limit {
+            y: 2000.0,
+            label: "SLO p99 ≤ 2000 <ms>".into(),
+        });
+        let svg = c.render();
+        assert!(
+            svg.contains(r#"<g class="limit"><line x1="72" x2="696" y1="40.0" y2="40.0""#),
+            "the axis grows to the limit, at the top: {svg}"
+        );
+        assert!(svg.contains(">SLO p99 ≤ 2000 &lt;ms&gt;</text></g>"), "{svg}");
     }
 
     #[test]

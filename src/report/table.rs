@@ -7,8 +7,8 @@ use tabled::settings::{Alignment, Style};
 use super::facts_diff::FactsDiff;
 use super::model::Report;
 
-/// The notices, what differs between the hosts or runs compared, the hosts' facts, then each
-/// table with its notes and scaling story under it.
+/// The notices, what differs between the hosts or runs compared, the hosts' facts, the SLO
+/// capacities, then each table with its notes and scaling story under it.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     for (_, notice) in report.notices() {
@@ -23,6 +23,7 @@ pub fn render(report: &Report) -> String {
         out.push_str(&lines.join("\n"));
         out.push_str("\n\n");
     }
+    out.push_str(&capacities(report));
     for grid in report.grids() {
         out.push_str(&format!("{} — {}\n", grid.title, grid.metric));
         let mut builder = Builder::default();
@@ -39,6 +40,22 @@ pub fn render(report: &Report) -> String {
         for note in notes.iter().chain(&super::scaling::describe(&grid.scaling)) {
             out.push_str(&format!("  {note}\n"));
         }
+        out.push('\n');
+    }
+    out
+}
+
+/// The SLO headline: per sweep table with limits, `<title> — within SLO (…): …` and, indented,
+/// the first level above each host's capacity that breaks a limit.
+fn capacities(report: &Report) -> String {
+    let mut out = String::new();
+    for (grid, slo) in report.capacities() {
+        out.push_str(&format!("{} — {}\n", grid.title, slo.headline()));
+        for line in slo.breaches() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    if report.capacities().next().is_some() {
         out.push('\n');
     }
     out

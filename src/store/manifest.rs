@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use crate::config::reference::Reference;
+use crate::config::slo::Slo;
 use crate::events::{Event, Status};
 
 /// The format of run.json this rigrun writes. 0 stands for runs written before the field
@@ -28,6 +29,9 @@ pub struct Manifest {
     /// The playbook's expected values, resolved, so that `show` can check them later.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<Reference>,
+    /// The playbook's latency limits, so that `show` judges the run by them later.
+    #[serde(default, skip_serializing_if = "Slo::is_empty")]
+    pub slo: Slo,
     /// How many lines of events.jsonl this manifest has folded in: a reader replays the rest
     /// (the manifest is rewritten at a bounded rate, the journal on every event).
     #[serde(default)]
@@ -280,6 +284,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         status: Status::Running,
         hosts,
         references: config.references.clone(),
+        slo: config.slo.clone(),
         journaled: 0,
         process: Some(Process::this()),
         resumed: Vec::new(),

@@ -258,3 +258,41 @@ fn holds_hundreds_of_streams_at_once() {
     assert_eq!(r["peak_concurrency"], 512);
     assert_eq!(r["total_output_tokens"], 512 * 100);
 }
+
+#[test]
+fn goodput_counts_the_requests_each_within_the_slo() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("exact.yaml");
+    std::fs::write(&profile, EXACT_PROFILE).unwrap();
+    let sim = Sim::start(profile.to_str().unwrap(), &[]);
+    // Every request: TTFT 500 ms, TPOT 100 ms.
+    let common = ["--concurrency", "1", "--input-len", "16", "--output-len", "2"];
+    let met = bench(
+        &sim.base,
+        &[&common[..], &["--slo", "p99_ttft_ms=600,median_tpot_ms=150"]].concat(),
+    );
+    assert_eq!(met.code, 0, "{}", met.stderr);
+    let r = &met.records[0];
+    assert_eq!(r["good_requests"], 5, "{r}");
+    assert!(
+        (num(r, "goodput") - num(r, "request_throughput")).abs() < 1e-3,
+        "{r}"
+    );
+    let missed = bench(
+        &sim.base,
+        &[
+            &common[..],
+            &["--num-requests", "1", "--warmup", "0", "--slo", "p99_ttft_ms=400"],
+        ]
+        .concat(),
+    );
+    assert_eq!(missed.records[0]["good_requests"], 0, "{}", missed.stderr);
+    assert_eq!(missed.records[0]["goodput"], 0.0);
+    let refused = bench(&sim.base, &["--slo", "output_throughput=100"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("goodput judges each request's latency"),
+        "{}",
+        refused.stderr
+    );
+}

@@ -1,0 +1,160 @@
+//! Latency limits a host must meet ("service-level objectives"): the playbook's `slo:` map, or
+//! `--slo METRIC=LIMIT,...` on `show`, `compare` and `report`. Each limit is an upper bound on a
+//! record metric (`p99_ttft_ms: 2000`); the report finds, per host and sweep, the highest
+//! concurrency whose measurement meets every limit (`report/slo.rs`).
+//!
+//! ```yaml
+//! slo: {p99_ttft_ms: 2000, median_tpot_ms: 50}
+//! ```
+//!
+//! The limits are resolved when the playbook loads (errors at `file:line:col`) and kept in the
+//! run's manifest, so `show` judges a run directory by them later; `--slo` judges any run,
+//! old ones included, by other limits.
+
+use std::fmt;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use serde_saphyr::Spanned;
+
+use super::{Config, ConfigError};
+
+/// As written in the playbook: metric → limit.
+pub type SloSpec = IndexMap<Spanned<String>, Spanned<Json>>;
+
+/// Upper bounds on record metrics, in the order written; empty when none are stated.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Slo {
+    pub limits: IndexMap<String, f64>,
+}
+
+impl Slo {
+    pub fn is_empty(&self) -> bool {
+        self.limits.is_empty()
+    }
+
+    /// `--slo p99_ttft_ms=2000,median_tpot_ms=50`: the message names the part that is wrong.
+    pub fn parse(text: &str) -> Result<Slo, String> {
+        let mut limits = IndexMap::new();
+        for part in text.split(',').map(str::trim) {
+            let Some((metric, limit)) = part.split_once('=') else {
+                return Err(format!(
+                    "`{part}` is not METRIC=LIMIT; write it like p99_ttft_ms=2000,median_tpot_ms=50"
+                ));
+            };
+            let metric = metric.trim();
+            check_metric(metric).map_err(|why| format!("`{part}`: {why}"))?;
+            let limit = limit
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| "not a number".to_string())
+                .and_then(check_limit)
+                .map_err(|why| format!("`{part}`: the limit is {why}"))?;
+            limits.insert(metric.to_string(), limit);
+        }
+        Ok(Slo { limits })
+    }
+}
+
+/// `p99_ttft_ms ≤ 2000, median_tpot_ms ≤ 50`.
+impl fmt::Display for Slo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.limits.iter().map(|(m, l)| format!("{m} ≤ {l}")).collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A metric name as records spell them: letters, digits, `_`, `.` and `-`.
+fn check_metric(metric: &str) -> Result<(), String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    match metric {
+        "" => Err("no metric name before `=`".into()),
+        m if !m.chars().all(fits) => Err(format!(
+            "`{m}` is not a metric name (letters, digits, `_`, `.`, `-`)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A limit: a finite number above 0 (a latency bound of 0 or less can never be met).
+fn check_limit(limit: f64) -> Result<f64, String> {
+    match limit.is_finite() && limit > 0.0 {
+        true => Ok(limit),
+        false => Err(format!("{limit}, not a number above 0")),
+    }
+}
+
+/// The playbook's `slo:`, or every mistake in it, each at its `file:line:col`.
+pub fn resolve(config: &Config) -> Result<Slo, Vec<ConfigError>> {
+    let at = |place: &serde_saphyr::Location, message: String| {
+        ConfigError::at(&config.playbook_path, &config.playbook_text, place, message)
+    };
+    let mut limits = IndexMap::new();
+    let mut errors = Vec::new();
+    for (metric, limit) in &config.playbook.slo {
+        if let Err(why) = check_metric(&metric.value) {
+            errors.push(at(&metric.referenced, format!("slo: {why}")));
+            continue;
+        }
+        let number = limit
+            .value
+            .as_f64()
+            .ok_or_else(|| format!("`{}` is not a number", crate::point::value_text(&limit.value)))
+            .and_then(check_limit);
+        match number {
+            Ok(n) => {
+                limits.insert(metric.value.clone(), n);
+            }
+            Err(why) => errors.push(at(
+                &limit.referenced,
+                format!(
+                    "slo: {}: the limit is {why} (an upper bound, e.g. p99_ttft_ms: 2000)",
+                    metric.value
+                ),
+            )),
+        }
+    }
+    match errors.is_empty() {
+        true => Ok(Slo { limits }),
+        false => Err(errors),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_form_reads_metrics_and_limits_in_order() {
+        let slo = Slo::parse("p99_ttft_ms=2000, median_tpot_ms=50.5").unwrap();
+        assert_eq!(
+            slo.limits.into_iter().collect::<Vec<_>>(),
+            [
+                ("p99_ttft_ms".to_string(), 2000.0),
+                ("median_tpot_ms".to_string(), 50.5)
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_parts_are_named() {
+        let err = Slo::parse("p99_ttft_ms=2000,median_tpot_ms").unwrap_err();
+        assert!(err.starts_with("`median_tpot_ms` is not METRIC=LIMIT"), "{err}");
+        let err = Slo::parse("p99_ttft_ms=fast").unwrap_err();
+        assert_eq!(err, "`p99_ttft_ms=fast`: the limit is not a number");
+        let err = Slo::parse("p99_ttft_ms=0").unwrap_err();
+        assert!(err.contains("not a number above 0"), "{err}");
+        let err = Slo::parse("=5").unwrap_err();
+        assert!(err.contains("no metric name"), "{err}");
+        let err = Slo::parse("p 99=5").unwrap_err();
+        assert!(err.contains("is not a metric name"), "{err}");
+    }
+
+    #[test]
+    fn limits_read_as_upper_bounds() {
+        let slo = Slo::parse("p99_ttft_ms=2000,median_tpot_ms=50.5").unwrap();
+        assert_eq!(slo.to_string(), "p99_ttft_ms ≤ 2000, median_tpot_ms ≤ 50.5");
+    }
+}

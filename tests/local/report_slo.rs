@@ -1,0 +1,170 @@
+//! Capacity under an SLO on real runs: the playbook's `slo:` is kept in the run and judged by
+//! `show` without a flag; `compare --slo` judges by other limits, naming each host's highest
+//! concurrency within them, the throughput there and its ratio to the baseline, in every format.
+
+use crate::common::{rigrun, text};
+use crate::reporting::{rigrun_ok, run, setup};
+
+/// p99 TTFT = 40·C·200/speed ms and median TPOT = 10 + C·100/speed ms: `fast` (speed 200) meets
+/// p99 ≤ 1000 and TPOT ≤ 30 up to C=16 (640 ms, 18 ms; C=64 has 2560 ms), `slow` (speed 100)
+/// up to C=4 (320 ms; C=16 has 1280 ms). Throughput is speed·C^0.7.
+const PLAYBOOK: &str = r#"
+name: slo-sweep
+slo: {p99_ttft_ms: 1000, median_tpot_ms: 30}
+steps:
+  - run-sweep:
+      name: throughput
+      matrix: {concurrency: [1, 4, 16, 64]}
+      skip_if: concurrency > cap
+      command: >-
+        echo '{"output_throughput": {{ speed * concurrency ** 0.7 }},
+        "p99_ttft_ms": {{ 40 * concurrency * 200 / speed }}, "median_tpot_ms": {{ 10 + concurrency * 100 / speed }}}'
+"#;
+
+#[test]
+fn show_judges_a_run_by_its_playbooks_slo() {
+    let dir = setup(PLAYBOOK);
+    let (run_dir, out) = run(dir.path(), &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let want = "step 1: throughput — within SLO (p99_ttft_ms ≤ 1000, median_tpot_ms ≤ 30): \
+        fast: concurrency=16 at 1392.9 output_throughput; slow: concurrency=4 at 263.9 output_throughput (×0.19 of fast)";
+    let closing = text(&out).0;
+    assert!(closing.contains(want), "run's closing table: {closing}");
+    let table = rigrun_ok(&["show", run_dir.to_str().unwrap()], 0);
+    assert!(table.contains(want), "{table}");
+    assert!(
+        table.contains("  fast: above concurrency=16, concurrency=64 breaks p99_ttft_ms (2560 > 1000)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("  slow: above concurrency=4, concurrency=16 breaks p99_ttft_ms (1280 > 1000)"),
+        "{table}"
+    );
+    assert!(
+        table.find("within SLO").unwrap() < table.find("throughput — output_throughput").unwrap(),
+        "the headline comes before the tables: {table}"
+    );
+}
+
+#[test]
+fn compare_slo_overrides_the_playbooks_limits_in_every_format() {
+    let dir = setup(PLAYBOOK);
+    let (run_dir, _) = run(dir.path(), &[]);
+    let run = run_dir.to_str().unwrap();
+    let slo = ["--slo", "p99_ttft_ms=5000"];
+
+    let table = rigrun_ok(&[&["compare", run][..], &slo].concat(), 0);
+    assert!(
+        table.contains(
+            "within SLO (p99_ttft_ms ≤ 5000): fast: concurrency=64 at 3675.8 output_throughput; \
+             slow: concurrency=16 at 696.4 output_throughput (×0.19 of fast)"
+        ),
+        "{table}"
+    );
+    let against_slow = rigrun_ok(&[&["compare", run, "--baseline", "slow"][..], &slo].concat(), 0);
+    assert!(
+        against_slow.contains("fast: concurrency=64 at 3675.8 output_throughput (×5.28 of slow); slow: concurrency=16 at 696.4 output_throughput"),
+        "{against_slow}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&rigrun_ok(
+        &[&["compare", run, "--format", "json"][..], &slo].concat(),
+        0,
+    ))
+    .unwrap();
+    let s = &json[0]["slo"];
+    assert_eq!(s["limits"], serde_json::json!({"p99_ttft_ms": 5000.0}));
+    assert_eq!(s["baseline"], "fast");
+    assert_eq!(s["series"][0]["host"], "fast");
+    assert_eq!(s["series"][0]["within"]["concurrency"], 64.0);
+    assert_eq!(
+        s["series"][0]["breach"],
+        serde_json::Value::Null,
+        "fast meets it up to its top"
+    );
+    assert_eq!(s["series"][1]["within"]["concurrency"], 16.0);
+    let ratio = s["series"][1]["ratio"].as_f64().unwrap();
+    assert!((ratio - 0.25f64.powf(0.7) / 2.0).abs() < 1e-3, "{ratio}");
+    assert_eq!(s["series"][1]["breach"]["concurrency"], 64.0);
+    assert_eq!(s["series"][1]["breach"]["metric"], serde_json::Value::Null);
+    assert!(
+        s["series"][1]["breach"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("is not within SLO: skipped"),
+        "{s}"
+    );
+
+    let csv = rigrun_ok(&[&["compare", run, "--format", "csv"][..], &slo].concat(), 0);
+    assert!(csv.contains(",slo,p99_ttft_ms,limit,5000,limit,\n"), "{csv}");
+    assert!(csv.contains(",slo,slow,within slo,16,within slo,\n"), "{csv}");
+    assert!(
+        csv.contains(",slo,slow,output_throughput / fast,0.1895,x,\n"),
+        "{csv}"
+    );
+    let md = rigrun_ok(&[&["compare", run, "--format", "markdown"][..], &slo].concat(), 0);
+    assert!(
+        md.contains("— within SLO (p99_ttft_ms ≤ 5000): fast: concurrency=64"),
+        "{md}"
+    );
+
+    let none = rigrun_ok(&["compare", run, "--slo", "p99_ttft_ms=10"], 0);
+    assert!(
+        none.contains("fast: no point within SLO; slow: no point within SLO"),
+        "{none}"
+    );
+    assert!(
+        none.contains("  fast: concurrency=1, the lowest, breaks p99_ttft_ms (40 > 10)"),
+        "{none}"
+    );
+
+    let html = dir.path().join("report.html");
+    let html_arg = html.to_str().unwrap();
+    rigrun_ok(&[&["report", run, "-o", html_arg][..], &slo].concat(), 0);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains(r#"<section id="slo"><h2>Within SLO</h2>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<g class="limit">"#) && page.contains("SLO p99_ttft_ms ≤ 5000</text>"),
+        "the limit is a line on the TTFT chart"
+    );
+}
+
+#[test]
+fn a_bad_slo_is_refused_naming_the_bad_part() {
+    let dir = setup(PLAYBOOK);
+    let (run_dir, _) = run(dir.path(), &[]);
+    for command in ["show", "compare", "report"] {
+        let out = rigrun()
+            .args([
+                command,
+                run_dir.to_str().unwrap(),
+                "--slo",
+                "p99_ttft_ms=2000,median_tpot_ms",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            text(&out).1.contains("`median_tpot_ms` is not METRIC=LIMIT"),
+            "{command}: {:?}",
+            text(&out)
+        );
+    }
+    let bad = PLAYBOOK.replace("median_tpot_ms: 30", "median_tpot_ms: fast");
+    let dir = setup(&bad);
+    let out = rigrun()
+        .current_dir(dir.path())
+        .args(["check", "sweep.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out).1;
+    assert!(stderr.contains("sweep.yaml:3:"), "{stderr}");
+    assert!(
+        stderr.contains("slo: median_tpot_ms: the limit is `fast` is not a number"),
+        "{stderr}"
+    );
+}
