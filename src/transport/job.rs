@@ -321,3 +321,126 @@ impl Drop for StopOnDrop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::wait_until_gone;
+
+    /// A local transport whose jobs live in `dir`.
+    async fn local(dir: &std::path::Path) -> Arc<Transport> {
+        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
+        let policy = crate::config::KnownHostsPolicy::Strict;
+        let transport = Arc::new(Transport::connect("here", &spec, policy, dir).await.unwrap());
+        transport.start_jobs(&dir.join("jobs").display().to_string());
+        transport
+    }
+
+    /// Runs `command` as job `name`; what it printed per stream, and how it ended.
+    async fn run(
+        transport: &Transport,
+        name: &str,
+        command: &str,
+        timeout: Option<Duration>,
+    ) -> (Vec<String>, Vec<String>, Result<JobEnd>) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let job = Job {
+            name,
+            command,
+            timeout,
+        };
+        let end = transport
+            .run_job(
+                &job,
+                &mut |stream, output| {
+                    if let Output::Line(line) = output {
+                        let line = super::super::line_text(line).into_owned();
+                        if stream == Stream::Stdout {
+                            out.push(line)
+                        } else {
+                            err.push(line)
+                        }
+                    }
+                },
+                &mut |_| {},
+            )
+            .await;
+        (out, err, end)
+    }
+
+    #[tokio::test]
+    async fn a_job_hands_on_its_output_and_exit_code_and_keeps_them_on_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let (out, err, end) = run(
+            &transport,
+            "j1",
+            "echo one; echo two >&2; printf 'no newline'; exit 3",
+            None,
+        )
+        .await;
+        assert_eq!(end.unwrap(), JobEnd::Exited(3));
+        assert_eq!(out, ["one", "no newline"]);
+        assert_eq!(err, ["two"]);
+        let kept = |ext: &str| std::fs::read_to_string(dir.path().join(format!("jobs/j1.{ext}"))).unwrap();
+        assert_eq!(kept("out"), "one\nno newline");
+        assert_eq!(kept("rc"), "3\n");
+    }
+
+    #[tokio::test]
+    async fn past_its_timeout_a_job_is_stopped_with_its_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let pid_file = dir.path().join("child");
+        let command = format!("sleep 300 & echo $! > {}; echo started; wait", pid_file.display());
+        let (out, _, end) = run(&transport, "j2", &command, Some(Duration::from_millis(500))).await;
+        assert_eq!(end.unwrap(), JobEnd::TimedOut);
+        assert_eq!(out, ["started"]);
+        let child = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(
+            wait_until_gone(child.trim()),
+            "the job's child outlived its timeout"
+        );
+        let stopped = std::fs::read_to_string(dir.path().join("jobs/j2.stopped")).unwrap();
+        assert_eq!(stopped, "timeout\n");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_follower_stops_its_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let pid_file = dir.path().join("child");
+        let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let following = run(&transport, "j3", &command, None);
+        let appeared = async {
+            while !pid_file.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            _ = following => panic!("the job ended by itself"),
+            () = appeared => {}
+        }
+        let child = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(
+            wait_until_gone(child.trim()),
+            "the job outlived its dropped follower"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_that_exists_is_attached_to_not_started_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let counter = dir.path().join("starts");
+        let command = format!("echo x >> {}; echo done", counter.display());
+        let (first, _, _) = run(&transport, "j4", &command, None).await;
+        let (again, _, end) = run(&transport, "j4", &command, None).await;
+        assert_eq!(end.unwrap(), JobEnd::Exited(0));
+        assert_eq!(
+            (first, again),
+            (vec!["done".to_string()], vec!["done".to_string()])
+        );
+        assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "started twice");
+    }
+}
