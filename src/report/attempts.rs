@@ -44,6 +44,7 @@ mod tests {
             status,
             reason: None,
             attempt,
+            repetition: 1,
         }
     }
 
