@@ -4,8 +4,8 @@
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use crate::config::reference::Expected;
 use super::stats::{Summary, NOISY_CV};
+use crate::config::reference::Expected;
 use crate::events::{Record, RecordStatus};
 
 /// What a cell is; every format decides how to show it from its kind, never from its text.
@@ -198,7 +198,9 @@ impl Cell {
                 reference,
                 spread,
             } => {
-                let shown = spread.as_ref().map_or_else(|| format_number(*value), Spread::text);
+                let shown = spread
+                    .as_ref()
+                    .map_or_else(|| format_number(*value), Spread::text);
                 match reference {
                     Some(r) if r.met => format!("{shown} ✓"),
                     Some(_) => format!("{shown} ✗"),

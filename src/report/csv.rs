@@ -32,8 +32,8 @@ pub fn render(report: &Report) -> String {
                 let _ =
                     writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);
                 if let Some((hw, about)) = interval(cell) {
-                    let _ = writer
-                        .write_record([&grid.title, &grid.metric, &label, column, &hw, "ci95", &about]);
+                    let _ =
+                        writer.write_record([&grid.title, &grid.metric, &label, column, &hw, "ci95", &about]);
                 }
             }
         }
@@ -124,10 +124,7 @@ fn write_slo(writer: &mut Writer, table: &str, slo: &SloCapacity) {
 /// A repeated point's interval, as a line of its own after its value: the half-width of the
 /// 95% confidence interval (status `ci95`), and its repetitions and coefficient of variation.
 fn interval(cell: &Cell) -> Option<(String, String)> {
-    let Cell::Value {
-        spread: Some(s), ..
-    } = cell
-    else {
+    let Cell::Value { spread: Some(s), .. } = cell else {
         return None;
     };
     let hw = s.ci95?;

@@ -26,7 +26,12 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     let mut seen_per_point: IndexMap<(usize, String, String, u32), usize> = IndexMap::new();
     for record in records {
         let base = point::label(&record.point);
-        let key = (record.step_index, record.host.clone(), base.clone(), record.repetition);
+        let key = (
+            record.step_index,
+            record.host.clone(),
+            base.clone(),
+            record.repetition,
+        );
         let n = seen_per_point.entry(key).or_insert(0);
         *n += 1;
         let label = match (record.status, *n) {

@@ -274,9 +274,7 @@ async fn run_attempt(
             StdoutLine::Overlong { .. } => "",
         };
         match read_line(line) {
-            Line::Record(metrics) => {
-                ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None)
-            }
+            Line::Record(metrics) => ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None),
             Line::Unreadable(why) => {
                 let at = (label.as_str(), run, line_number);
                 unreadable(ctx, step, &point.values, at, text, &why)

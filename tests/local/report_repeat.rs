@@ -48,7 +48,9 @@ fn show(run: &Path, format: &str) -> String {
 
 fn lines(path: PathBuf) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 #[test]
@@ -63,7 +65,12 @@ fn a_repeated_sweep_measures_each_point_n_times_and_shows_mean_and_interval() {
         records
             .iter()
             .filter(|r| r["point"]["c"] == c)
-            .map(|r| (r["repetition"].as_u64().unwrap_or(1), r["metrics"]["x"].as_f64().unwrap()))
+            .map(|r| {
+                (
+                    r["repetition"].as_u64().unwrap_or(1),
+                    r["metrics"]["x"].as_f64().unwrap(),
+                )
+            })
             .collect()
     };
     assert_eq!(of(1), [(1, 101.0), (2, 102.0), (3, 103.0)]);
@@ -72,7 +79,12 @@ fn a_repeated_sweep_measures_each_point_n_times_and_shows_mean_and_interval() {
     let started: Vec<(String, u64)> = lines(run.join("events.jsonl"))
         .iter()
         .filter(|e| e["event"] == "point_started")
-        .map(|e| (e["point"].as_str().unwrap().to_string(), e["repetition"].as_u64().unwrap_or(1)))
+        .map(|e| {
+            (
+                e["point"].as_str().unwrap().to_string(),
+                e["repetition"].as_u64().unwrap_or(1),
+            )
+        })
         .collect();
     let interleaved: Vec<(String, u64)> = (1..=3)
         .flat_map(|r| [("c=1".to_string(), r), ("c=2".to_string(), r)])
@@ -83,7 +95,10 @@ fn a_repeated_sweep_measures_each_point_n_times_and_shows_mean_and_interval() {
     let table = show(&run, "table");
     assert!(table.contains("102 ± 2.48"), "{table}");
     assert!(table.contains("200 ± 248.4 noisy"), "{table}");
-    assert!(table.contains("noisy: the 3 repetitions vary by 50.0%"), "{table}");
+    assert!(
+        table.contains("noisy: the 3 repetitions vary by 50.0%"),
+        "{table}"
+    );
     assert!(!table.contains("102 ± 2.48 noisy"), "{table}");
 
     let json: serde_json::Value = serde_json::from_str(&show(&run, "json")).unwrap();
