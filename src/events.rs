@@ -29,6 +29,10 @@ pub struct Record {
     /// lost connection or a resumed run counts up (runs written before the field: 1).
     #[serde(default = "first_attempt")]
     pub attempt: u32,
+    /// Which repetition of the point (see `repeat:` on run-sweep) the record measures: from
+    /// 1; written only when above 1, so that runs without repeats read as before.
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+    pub repetition: u32,
 }
 
 impl Record {
@@ -39,7 +43,30 @@ impl Record {
     }
 }
 
-/// The attempt of anything journaled before attempts were counted.
+/// Which run of a sweep point made a record or event: its repetition and its attempt at that
+/// repetition, both from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PointRun {
+    pub repetition: u32,
+    pub attempt: u32,
+}
+
+impl PointRun {
+    /// Attempt `attempt` of a point measured once (and of anything not a sweep point).
+    pub fn once(attempt: u32) -> PointRun {
+        PointRun {
+            repetition: 1,
+            attempt,
+        }
+    }
+}
+
+/// Whether an attempt or repetition number is the first (1), which is not written.
+pub fn is_first(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The attempt (or repetition) of anything journaled before they were counted.
 pub fn first_attempt() -> u32 {
     1
 }
@@ -103,6 +130,9 @@ pub enum Event {
         step_index: Option<usize>,
         #[serde(default = "first_attempt")]
         attempt: u32,
+        /// The point's repetition, from 1 (written only above 1).
+        #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+        repetition: u32,
     },
     PointFinished {
         host: String,
@@ -112,6 +142,8 @@ pub enum Event {
         step_index: Option<usize>,
         #[serde(default = "first_attempt")]
         attempt: u32,
+        #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+        repetition: u32,
         status: RecordStatus,
         #[serde(skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,

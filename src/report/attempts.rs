@@ -1,6 +1,6 @@
 //! A run's records as its tables use them: per host, step and point, the records of its
-//! latest attempt only (a retried, re-run or resumed point shows how it ended last), and how
-//! many points took more than one attempt.
+//! latest attempt only (a retried, re-run or resumed point shows how it ended last; each
+//! repetition of a repeated point on its own), and how many points took more than one attempt.
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,8 +11,8 @@ use crate::point;
 /// latest attempt is not their first. In a `resumed` run, a record repeated exactly within one
 /// attempt (the output of a command re-attached after the resume, read again) is kept once.
 pub fn latest(records: Vec<Record>, resumed: bool) -> (Vec<Record>, usize) {
-    let key = |r: &Record| (r.host.clone(), r.step_index, point::label(&r.point));
-    let mut last: HashMap<(String, usize, String), u32> = HashMap::new();
+    let key = |r: &Record| (r.host.clone(), r.step_index, point::label(&r.point), r.repetition);
+    let mut last: HashMap<(String, usize, String, u32), u32> = HashMap::new();
     for record in &records {
         let attempt = last.entry(key(record)).or_insert(record.attempt);
         *attempt = (*attempt).max(record.attempt);
@@ -44,6 +44,7 @@ mod tests {
             status,
             reason: None,
             attempt,
+            repetition: 1,
         }
     }
 

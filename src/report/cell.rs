@@ -4,16 +4,19 @@
 use serde::Serialize;
 use serde_json::Value as Json;
 
+use super::stats::{Summary, NOISY_CV};
 use crate::config::reference::Expected;
 use crate::events::{Record, RecordStatus};
 
 /// What a cell is; every format decides how to show it from its kind, never from its text.
 #[derive(Clone, Debug)]
 pub enum Cell {
-    /// A measured value, checked against its reference when the playbook states one.
+    /// A measured value, checked against its reference when the playbook states one; for a
+    /// repeated point, the mean of its valid repetitions with their spread.
     Value {
         value: f64,
         reference: Option<RefCheck>,
+        spread: Option<Spread>,
     },
     /// A host's value over the baseline host's: `×1.23`.
     Ratio {
@@ -71,6 +74,65 @@ impl Verdict {
     }
 }
 
+/// How the valid repetitions of a repeated point spread around their mean (the cell's value),
+/// and how many were left out for being invalid or failed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spread {
+    pub mean: f64,
+    /// Half the width of the 95% confidence interval of the mean (None with one repetition).
+    pub ci95: Option<f64>,
+    /// The valid repetitions the mean is of.
+    pub n: usize,
+    /// Coefficient of variation (None with one repetition or a mean of 0).
+    pub cv: Option<f64>,
+    /// Repetitions excluded: invalid (`valid: false`) or failed.
+    pub excluded: usize,
+    /// The coefficient of variation exceeds [`NOISY_CV`].
+    pub noisy: bool,
+}
+
+impl Spread {
+    fn new(summary: &Summary, excluded: usize) -> Spread {
+        Spread {
+            mean: summary.mean,
+            ci95: summary.ci95,
+            n: summary.n,
+            cv: summary.cv,
+            excluded,
+            noisy: summary.is_noisy(),
+        }
+    }
+
+    /// `2411 ± 18`, or the mean alone when one repetition is left.
+    fn text(&self) -> String {
+        match self.ci95 {
+            Some(hw) => format!("{} ± {}", format_number(self.mean), format_number(hw)),
+            None => format_number(self.mean),
+        }
+    }
+
+    /// What a reader must know, for the note under the table: noisy, repetitions excluded.
+    pub fn explain(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let (true, Some(cv)) = (self.noisy, self.cv) {
+            parts.push(format!(
+                "noisy: the {} repetitions vary by {:.1}% (coefficient of variation), above {:.0}%",
+                self.n,
+                cv * 100.0,
+                NOISY_CV * 100.0
+            ));
+        }
+        if self.excluded > 0 {
+            parts.push(format!(
+                "{} of {} repetitions invalid or failed, excluded",
+                self.excluded,
+                self.excluded + self.n
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
 /// A measured value against its reference.
 #[derive(Clone, Debug, Serialize)]
 pub struct RefCheck {
@@ -116,6 +178,7 @@ impl Cell {
         Cell::Value {
             value,
             reference: None,
+            spread: None,
         }
     }
 
@@ -130,11 +193,20 @@ impl Cell {
     /// The cell as people read it: `1647.2`, `×1.23`, `+4.1%`, `skipped: …`.
     pub fn text(&self) -> String {
         match self {
-            Cell::Value { value, reference } => match reference {
-                Some(r) if r.met => format!("{} ✓", format_number(*value)),
-                Some(_) => format!("{} ✗", format_number(*value)),
-                None => format_number(*value),
-            },
+            Cell::Value {
+                value,
+                reference,
+                spread,
+            } => {
+                let shown = spread
+                    .as_ref()
+                    .map_or_else(|| format_number(*value), Spread::text);
+                match reference {
+                    Some(r) if r.met => format!("{shown} ✓"),
+                    Some(_) => format!("{shown} ✗"),
+                    None => shown,
+                }
+            }
             Cell::Ratio { value } => format!("×{value:.2}"),
             Cell::Change { percent, verdict } => match verdict {
                 Some(v) => format!("{percent:+.1}% {}", v.as_str()),
@@ -153,7 +225,8 @@ impl Cell {
 
     /// The reason a human format lists once under the table, and the short text that points
     /// to it (`skipped`, `FAILED`, `not run`, `invalid`, or the value with ✗ for a missed
-    /// reference).
+    /// reference, `noisy` for a repeated point that varies too much, and the repetitions
+    /// excluded).
     pub fn note(&self) -> Option<(String, String)> {
         match self {
             Cell::Skipped { reason } => Some(("skipped".into(), reason.clone())),
@@ -162,8 +235,22 @@ impl Cell {
             Cell::Invalid { reason, .. } => Some(("invalid".into(), format!("invalid: {reason}"))),
             Cell::Value {
                 value,
-                reference: Some(r),
-            } if !r.met => Some((self.text(), r.explain(*value))),
+                reference,
+                spread,
+            } => {
+                let missed = reference.as_ref().filter(|r| !r.met).map(|r| r.explain(*value));
+                let spread_note = spread.as_ref().and_then(Spread::explain);
+                let reason = match (missed, spread_note) {
+                    (None, None) => return None,
+                    (Some(a), Some(b)) => format!("{a}; {b}"),
+                    (a, b) => a.or(b).unwrap_or_default(),
+                };
+                let short = match spread.as_ref().is_some_and(|s| s.noisy) {
+                    true => format!("{} noisy", self.text()),
+                    false => self.text(),
+                };
+                Some((short, reason))
+            }
             _ => None,
         }
     }
@@ -205,12 +292,54 @@ pub fn invalid_reason(record: &Record) -> Option<String> {
     })
 }
 
-/// The cell for one host's records at one row: skipped, the last value of `metric` (invalid
-/// when its record says so), invalid, failed, or missing, in that order.
+/// The cell for one host's records at one row. Records of one repetition (any point not
+/// repeated): skipped, the last value of `metric` (invalid when its record says so), invalid,
+/// failed, or missing, in that order. Records of several repetitions: see [`repeated`].
 pub fn cell(records: Option<&Vec<&Record>>, metric: &str) -> Cell {
     let Some(records) = records else {
         return Cell::Missing;
     };
+    let mut repetitions: Vec<u32> = records.iter().map(|r| r.repetition).collect();
+    repetitions.sort_unstable();
+    repetitions.dedup();
+    match repetitions.len() {
+        0 | 1 => single(records, metric),
+        _ => repeated(records, &repetitions, metric),
+    }
+}
+
+/// A repeated point: each repetition's cell made as one of a point measured once; the valid
+/// values summarised (mean, 95% interval, noisy or not), the invalid and failed ones excluded
+/// and counted, never averaged in. Without any valid value, the first repetition's cell that is
+/// not missing says why.
+fn repeated(records: &[&Record], repetitions: &[u32], metric: &str) -> Cell {
+    let cells: Vec<Cell> = repetitions
+        .iter()
+        .map(|&rep| {
+            let of_rep: Vec<&Record> = records.iter().copied().filter(|r| r.repetition == rep).collect();
+            single(&of_rep, metric)
+        })
+        .collect();
+    let values: Vec<f64> = cells.iter().filter_map(Cell::number).collect();
+    let excluded = cells
+        .iter()
+        .filter(|c| matches!(c, Cell::Invalid { .. } | Cell::Failed { .. }))
+        .count();
+    match Summary::of(&values) {
+        Some(summary) => Cell::Value {
+            value: summary.mean,
+            reference: None,
+            spread: Some(Spread::new(&summary, excluded)),
+        },
+        None => cells
+            .into_iter()
+            .find(|c| !matches!(c, Cell::Missing))
+            .unwrap_or(Cell::Missing),
+    }
+}
+
+/// The cell of the records of one repetition (see [`cell`]).
+fn single(records: &[&Record], metric: &str) -> Cell {
     if let Some(r) = records.iter().find(|r| r.status == RecordStatus::Skipped) {
         return Cell::Skipped {
             reason: r.reason.clone().unwrap_or_default(),
@@ -264,12 +393,14 @@ mod tests {
         let met = Cell::Value {
             value: 2100.0,
             reference: Some(RefCheck::new(&expected, 2100.0)),
+            spread: None,
         };
         assert_eq!(met.text(), "2100 ✓");
         assert!(met.note().is_none());
         let missed = Cell::Value {
             value: 1500.0,
             reference: Some(RefCheck::new(&expected, 1500.0)),
+            spread: None,
         };
         let (short, why) = missed.note().unwrap();
         assert_eq!(short, "1500 ✗");

@@ -31,6 +31,10 @@ pub fn render(report: &Report) -> String {
                 let (value, status, reason) = fields(cell);
                 let _ =
                     writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);
+                if let Some((hw, about)) = interval(cell) {
+                    let _ =
+                        writer.write_record([&grid.title, &grid.metric, &label, column, &hw, "ci95", &about]);
+                }
             }
         }
         for series in &grid.scaling {
@@ -117,16 +121,35 @@ fn write_slo(writer: &mut Writer, table: &str, slo: &SloCapacity) {
     }
 }
 
+/// A repeated point's interval, as a line of its own after its value: the half-width of the
+/// 95% confidence interval (status `ci95`), and its repetitions and coefficient of variation.
+fn interval(cell: &Cell) -> Option<(String, String)> {
+    let Cell::Value { spread: Some(s), .. } = cell else {
+        return None;
+    };
+    let hw = s.ci95?;
+    let cv = s.cv.map(|cv| format!("; cv {cv:.4}")).unwrap_or_default();
+    Some((hw.to_string(), format!("n {}{cv}", s.n)))
+}
+
 /// (value, status, reason) of a cell.
 fn fields(cell: &Cell) -> (String, &'static str, String) {
     match cell {
-        Cell::Value { value, reference } => {
-            let reason = match reference {
-                Some(r) if r.met => format!("reference {}: met", r.expected),
-                Some(r) => r.explain(*value),
-                None => String::new(),
-            };
-            (value.to_string(), "ok", reason)
+        Cell::Value {
+            value,
+            reference,
+            spread,
+        } => {
+            let mut reasons: Vec<String> = Vec::new();
+            if let Some(s) = spread {
+                reasons.push(format!("mean of {} repetitions", s.n));
+                reasons.extend(s.explain());
+            }
+            reasons.extend(reference.as_ref().map(|r| match r.met {
+                true => format!("reference {}: met", r.expected),
+                false => r.explain(*value),
+            }));
+            (value.to_string(), "ok", reasons.join("; "))
         }
         Cell::Ratio { value } => (format!("{value:.4}"), "x", String::new()),
         Cell::Change { percent, verdict } => (

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::cell::Spread;
 use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
 use super::scaling::Series;
@@ -149,6 +150,9 @@ enum CellJson<'a> {
         value: f64,
         #[serde(skip_serializing_if = "Option::is_none")]
         reference: Option<&'a RefCheck>,
+        /// A repeated point's mean, ci95, n, cv, excluded and noisy.
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        spread: Option<&'a Spread>,
     },
     Derived {
         value: f64,
@@ -180,9 +184,14 @@ enum CellJson<'a> {
 impl CellJson<'_> {
     fn of(cell: &Cell) -> CellJson<'_> {
         match cell {
-            Cell::Value { value, reference } => CellJson::Value {
+            Cell::Value {
+                value,
+                reference,
+                spread,
+            } => CellJson::Value {
                 value: *value,
                 reference: reference.as_ref(),
+                spread: spread.as_ref(),
             },
             Cell::Ratio { value } => CellJson::Derived {
                 value: *value,

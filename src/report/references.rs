@@ -45,13 +45,14 @@ impl<'a> Lookup<'a> {
         point: &IndexMap<String, Json>,
         metric: &str,
     ) -> Cell {
-        let Cell::Value { value, .. } = cell else {
+        let Cell::Value { value, spread, .. } = cell else {
             return cell;
         };
         let expected = self.by_key.get(&(step_index, host, point::label(point), metric));
         Cell::Value {
             value,
             reference: expected.map(|e| RefCheck::new(e, value)),
+            spread,
         }
     }
 }

@@ -256,6 +256,7 @@ mod tests {
             status,
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
             attempt: 1,
+            repetition: 1,
         }
     }
 

@@ -22,10 +22,16 @@ pub type RowRecords<'a> = IndexMap<String, Vec<&'a Record>>;
 /// Groups a run's records by step, then by row label, then by host.
 pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     let mut steps: IndexMap<(usize, String), IndexMap<String, RowRecords>> = IndexMap::new();
-    let mut seen_per_point: IndexMap<(usize, String, String), usize> = IndexMap::new();
+    // Counted per repetition: the repetitions of a point share its rows.
+    let mut seen_per_point: IndexMap<(usize, String, String, u32), usize> = IndexMap::new();
     for record in records {
         let base = point::label(&record.point);
-        let key = (record.step_index, record.host.clone(), base.clone());
+        let key = (
+            record.step_index,
+            record.host.clone(),
+            base.clone(),
+            record.repetition,
+        );
         let n = seen_per_point.entry(key).or_insert(0);
         *n += 1;
         let label = match (record.status, *n) {
@@ -130,6 +136,7 @@ mod tests {
             status,
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
             attempt: 1,
+            repetition: 1,
         }
     }
 

@@ -35,12 +35,15 @@ pub struct StepPast {
     pub error: Option<String>,
 }
 
+/// A sweep point's repetition: step index, point label, repetition (from 1).
+type PointKey = (usize, String, u32);
+
 /// What the journal says happened on one host.
 #[derive(Clone, Debug, Default)]
 pub struct HostHistory {
     steps: HashMap<usize, StepPast>,
-    /// By step index and point label.
-    points: HashMap<(usize, String), PointPast>,
+    /// By step index, point label and repetition.
+    points: HashMap<PointKey, PointPast>,
     /// The step the host was running, for events journaled without their step's index.
     current: usize,
 }
@@ -50,8 +53,9 @@ impl HostHistory {
         self.steps.get(&index)
     }
 
-    pub fn point(&self, step: usize, label: &str) -> Option<&PointPast> {
-        self.points.get(&(step, label.to_string()))
+    /// The latest attempt at repetition `repetition` of point `label` of step `step`.
+    pub fn point(&self, step: usize, label: &str, repetition: u32) -> Option<&PointPast> {
+        self.points.get(&(step, label.to_string(), repetition))
     }
 
     /// Folds one of the host's events in.
@@ -76,24 +80,30 @@ impl HostHistory {
                 point,
                 step_index,
                 attempt,
+                repetition,
                 ..
             } => {
-                let key = (step_index.unwrap_or(self.current), point.clone());
+                let key = (step_index.unwrap_or(self.current), point.clone(), *repetition);
                 self.started(key, *attempt);
             }
             Event::PointFinished {
                 point,
                 step_index,
                 attempt,
+                repetition,
                 status,
                 reason,
                 ..
             } => {
-                let key = (step_index.unwrap_or(self.current), point.clone());
+                let key = (step_index.unwrap_or(self.current), point.clone(), *repetition);
                 self.finished(key, *attempt, *status, reason.clone());
             }
             Event::Record(record) if record.status == RecordStatus::Ok && record.is_invalid() => {
-                let key = (record.step_index, crate::point::label(&record.point));
+                let key = (
+                    record.step_index,
+                    crate::point::label(&record.point),
+                    record.repetition,
+                );
                 if let Some(past) = self.points.get_mut(&key) {
                     past.invalid |= past.attempt == record.attempt;
                 }
@@ -102,7 +112,7 @@ impl HostHistory {
         }
     }
 
-    fn started(&mut self, key: (usize, String), attempt: u32) {
+    fn started(&mut self, key: PointKey, attempt: u32) {
         let past = self.points.entry(key).or_insert(PointPast {
             attempt,
             ended: None,
@@ -117,7 +127,7 @@ impl HostHistory {
         }
     }
 
-    fn finished(&mut self, key: (usize, String), attempt: u32, status: RecordStatus, reason: Option<String>) {
+    fn finished(&mut self, key: PointKey, attempt: u32, status: RecordStatus, reason: Option<String>) {
         // A skipped point finishes without having started.
         let past = self.points.entry(key).or_insert(PointPast {
             attempt,

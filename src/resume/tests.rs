@@ -50,6 +50,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         point: format!("n={n}"),
         step_index: Some(1),
         attempt,
+        repetition: 1,
     };
     let finished = ended.map(|status| Event::PointFinished {
         host: "a".into(),
@@ -57,6 +58,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         point: format!("n={n}"),
         step_index: Some(1),
         attempt,
+        repetition: 1,
         status,
         exit_code: None,
         reason: Some("why".into()),
@@ -76,6 +78,7 @@ fn invalid_record(n: u32, attempt: u32) -> Event {
         status: RecordStatus::Ok,
         reason: None,
         attempt,
+        repetition: 1,
     })
 }
 
@@ -99,7 +102,7 @@ fn killed_mid_sweep() -> Vec<Vec<Event>> {
 fn a_new_host_runs_everything_as_first_attempts() {
     let fresh = HostWork::fresh(&config());
     assert!((0..3).all(|i| fresh.runs_step(i)));
-    assert_eq!(fresh.point(1, "n=1"), PointWork::Run { attempt: 1 });
+    assert_eq!(fresh.point(1, "n=1", 1), PointWork::Run { attempt: 1 });
     assert_eq!(fresh.step_attempt(0), 1);
 }
 
@@ -107,18 +110,18 @@ fn a_new_host_runs_everything_as_first_attempts() {
 fn a_cut_short_point_runs_again_as_the_same_attempt_and_measured_ones_stand() {
     let w = work(killed_mid_sweep(), Redo::default());
     assert_eq!(
-        w.point(1, "n=1"),
+        w.point(1, "n=1", 1),
         PointWork::Keep {
             attempt: 1,
             kept: Kept::Ok
         }
     );
     assert_eq!(
-        w.point(1, "n=2"),
+        w.point(1, "n=2", 1),
         PointWork::Run { attempt: 1 },
         "re-attached, not started twice"
     );
-    assert_eq!(w.point(1, "n=3"), PointWork::Run { attempt: 1 });
+    assert_eq!(w.point(1, "n=3", 1), PointWork::Run { attempt: 1 });
     assert!(w.runs_step(0), "verify-server sets up the sweep's work");
     assert!(
         w.runs_step(1) && w.runs_step(2),
@@ -149,8 +152,8 @@ fn failed_and_invalid_points_stand_unless_asked_to_redo() {
             invalid: false,
         },
     );
-    assert_eq!(failed.point(1, "n=2"), PointWork::Run { attempt: 2 });
-    assert!(matches!(failed.point(1, "n=3"), PointWork::Keep { .. }));
+    assert_eq!(failed.point(1, "n=2", 1), PointWork::Run { attempt: 2 });
+    assert!(matches!(failed.point(1, "n=3", 1), PointWork::Keep { .. }));
     assert!(failed.runs_step(0) && failed.runs_step(2));
     let invalid = work(
         events,
@@ -159,14 +162,14 @@ fn failed_and_invalid_points_stand_unless_asked_to_redo() {
             invalid: true,
         },
     );
-    assert_eq!(invalid.point(1, "n=3"), PointWork::Run { attempt: 2 });
+    assert_eq!(invalid.point(1, "n=3", 1), PointWork::Run { attempt: 2 });
 }
 
 #[test]
 fn a_host_that_failed_before_the_sweep_runs_from_its_failed_step() {
     let w = work(vec![step(0, 1, Some(Status::Failed))], Redo::default());
     assert!((0..3).all(|i| w.runs_step(i)));
-    assert_eq!(w.point(1, "n=1"), PointWork::Run { attempt: 1 });
+    assert_eq!(w.point(1, "n=1", 1), PointWork::Run { attempt: 1 });
 }
 
 #[test]

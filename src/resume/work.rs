@@ -1,5 +1,5 @@
-//! What one host still has to do: which steps run and, for a sweep, which points run as which
-//! attempt. A new run has an empty history, so everything runs as its first attempt.
+//! What one host still has to do: which steps run and, for a sweep, which points (each
+//! repetition of a repeated sweep on its own) run as which attempt. A new run has an empty history, so everything runs as its first attempt.
 
 use crate::config::steps::OnResume;
 use crate::config::{Config, Step};
@@ -95,15 +95,17 @@ impl HostWork {
         self.past.step(index).map_or(0, |s| s.attempts) + 1
     }
 
-    /// What to do with point `label` of step `step`. A point never started runs as attempt 1.
+    /// What to do with repetition `repetition` of point `label` of step `step` (each repetition
+    /// is its own unit of work: a resume runs only the repetitions not done). A point never
+    /// started runs as attempt 1.
     /// A point whose latest attempt started but never finished (rigrun died, the host may
     /// not have) runs again *as the same attempt*: a command still running detached on the
     /// host is keyed by (run, step, point, attempt), so it is re-attached rather than
     /// started twice. A point whose latest attempt finished stands, unless it failed and
     /// `--redo-failed` was given, or was marked invalid and `--redo-invalid` was given: then
     /// it runs as the next attempt.
-    pub fn point(&self, step: usize, label: &str) -> PointWork {
-        let Some(past) = self.past.point(step, label) else {
+    pub fn point(&self, step: usize, label: &str, repetition: u32) -> PointWork {
+        let Some(past) = self.past.point(step, label, repetition) else {
             return PointWork::Run { attempt: 1 };
         };
         let (attempt, next) = (
@@ -125,13 +127,14 @@ impl HostWork {
         }
     }
 
-    /// How many sweep points of the steps that run will run, for the resume's first line.
+    /// How many sweep points (repetitions of them, in a repeated sweep) of the steps that run
+    /// will run, for the resume's first line.
     pub fn points_to_run(&self, config: &Config) -> usize {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
-            .flat_map(|(i, step)| labels(step).into_iter().map(move |l| (i, l)))
-            .filter(|(i, label)| matches!(self.point(*i, label), PointWork::Run { .. }))
+            .flat_map(|(i, step)| units(step).into_iter().map(move |u| (i, u)))
+            .filter(|(i, (label, r))| matches!(self.point(*i, label, *r), PointWork::Run { .. }))
             .count()
     }
 
@@ -150,9 +153,9 @@ impl HostWork {
     /// Why step `index` did not end ok, if it did not.
     fn failure(&self, index: usize, step: &Step) -> Option<String> {
         if step.as_kind().on_resume() == OnResume::Measure {
-            let failed: Vec<String> = labels(step)
+            let failed: Vec<String> = units(step)
                 .into_iter()
-                .filter_map(|label| match self.point(index, &label) {
+                .filter_map(|(label, r)| match self.point(index, &label, r) {
                     PointWork::Keep {
                         kept: Kept::Failed { reason },
                         ..
@@ -174,9 +177,9 @@ impl HostWork {
 
     fn has_own_work(&self, index: usize, step: &Step) -> bool {
         match step.as_kind().on_resume() {
-            OnResume::Measure => labels(step)
+            OnResume::Measure => units(step)
                 .iter()
-                .any(|label| matches!(self.point(index, label), PointWork::Run { .. })),
+                .any(|(label, r)| matches!(self.point(index, label, *r), PointWork::Run { .. })),
             OnResume::Setup | OnResume::Collect => !matches!(
                 self.past.step(index).and_then(|s| s.status),
                 Some(Status::Ok | Status::Skipped)
@@ -185,10 +188,15 @@ impl HostWork {
     }
 }
 
-/// The labels of a sweep's points, from its matrix (known before anything is rendered).
-pub fn labels(step: &Step) -> Vec<String> {
+/// A sweep's units of work, from its matrix and `repeat:` (known before anything is
+/// rendered): each point's label with each of its repetitions.
+pub fn units(step: &Step) -> Vec<(String, u32)> {
     match step {
-        Step::RunSweep(sweep) => point::cartesian(&sweep.matrix).iter().map(point::label).collect(),
+        Step::RunSweep(sweep) => point::cartesian(&sweep.matrix)
+            .iter()
+            .map(point::label)
+            .flat_map(|label| (1..=sweep.repetitions()).map(move |r| (label.clone(), r)))
+            .collect(),
         _ => Vec::new(),
     }
 }

@@ -657,7 +657,7 @@ fn record_file(ctx: &HostCtx, step: &PlannedStep, rel: &Path, data: &[u8]) -> us
         ctx.record(
             step,
             &point_of(rel),
-            step.attempt,
+            crate::events::PointRun::once(step.attempt),
             metrics.clone(),
             RecordStatus::Ok,
             None,

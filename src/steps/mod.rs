@@ -25,7 +25,7 @@ pub use start_server::BackgroundServer;
 
 use crate::config::steps::Action;
 use crate::config::HostVars;
-use crate::events::{Event, EventSender, Record, RecordStatus, Status};
+use crate::events::{Event, EventSender, PointRun, Record, RecordStatus, Status};
 use crate::plan::PlannedStep;
 use crate::store::RunDir;
 use crate::transport::Transport;
@@ -123,12 +123,12 @@ impl HostCtx {
         RunDir::step_dir(&self.run_dir, &self.host, step.index, &step.name)
     }
 
-    /// Emits a record of `step` at `point`, made by attempt `attempt` of the point.
+    /// Emits a record of `step` at `point`, made by that run (repetition and attempt) of it.
     pub fn record(
         &self,
         step: &PlannedStep,
         point: &IndexMap<String, Json>,
-        attempt: u32,
+        at: PointRun,
         metrics: serde_json::Map<String, Json>,
         status: RecordStatus,
         reason: Option<String>,
@@ -142,7 +142,8 @@ impl HostCtx {
             metrics,
             status,
             reason,
-            attempt,
+            attempt: at.attempt,
+            repetition: at.repetition,
         }));
     }
 }

@@ -1,8 +1,10 @@
 //! `run-sweep`: the command once per matrix point. Every stdout line that is a JSON object becomes
 //! a record the moment it arrives; a failed point is recorded with its exit code and stderr tail.
 //! Each run of a point is an attempt (numbered in its records and events): a failed attempt is
-//! retried when the step says `retries: N`, a lost host's once; a resumed run runs only the
-//! points its host's work names (see `crate::resume`).
+//! retried when the step says `retries: N`, a lost host's once. A sweep with `repeat: N` runs
+//! each point N times, in the plan's order (see `RunSweepPlan::runs`); each repetition has its
+//! own attempts, records, logs and job. A resumed run runs only the (point, repetition) pairs
+//! its host's work names (see `crate::resume`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -15,7 +17,7 @@ use super::record_line::{self, Line};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{Point, RunSweepPlan};
-use crate::events::{Event, RecordStatus, Status};
+use crate::events::{Event, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
 use crate::resume::{Kept, PointWork};
 use crate::store::slug;
@@ -23,17 +25,20 @@ use crate::store::slug;
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
     let mut tally = Tally::default();
-    for (n, point) in plan.points.iter().enumerate() {
+    for run in plan.runs() {
+        let (n, repetition) = (run.point, run.repetition);
+        let point = &plan.points[n];
         let label = point.label();
-        let outcome = match ctx.work.point(step.index, &label) {
+        let outcome = match ctx.work.point(step.index, &label, repetition) {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
             PointWork::Keep { kept, .. } => Outcome::of(kept),
             PointWork::Run { attempt } => match &point.skip {
-                Some(reason) => skip(ctx, step, point, attempt, reason),
+                Some(reason) => skip(ctx, step, point, PointRun { repetition, attempt }, reason),
                 None => {
                     let at = Attempts {
                         dir: &dir,
                         n,
+                        repetition,
                         first: attempt,
                     };
                     run_point(ctx, step, plan, point, at).await?
@@ -41,7 +46,11 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
             },
         };
         let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && plan.stop_on_failure;
-        tally.add(&label, outcome);
+        let shown = match plan.repeat {
+            0 | 1 => label,
+            _ => format!("{label} (repetition {repetition})"),
+        };
+        tally.add(&shown, outcome);
         if stop {
             break;
         }
@@ -84,7 +93,7 @@ impl Tally {
     }
 
     fn outcome(self, plan: &RunSweepPlan) -> StepOutcome {
-        let total = plan.points.len();
+        let total = plan.points.len() * plan.repeat.max(1) as usize;
         let details =
             json!({ "points": total, "ok": self.ok, "failed": self.failed.len(), "skipped": self.skipped });
         if self.failed.is_empty() {
@@ -106,13 +115,14 @@ impl Tally {
     }
 }
 
-/// A point `skip_if` skips: recorded with the reason.
-fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, attempt: u32, reason: &str) -> Outcome {
-    let at = (point.label(), attempt);
+/// A point `skip_if` skips: recorded with the reason (once per repetition, so that a resume
+/// sees each repetition done).
+fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason: &str) -> Outcome {
+    let at = (point.label(), run);
     ctx.record(
         step,
         &point.values,
-        attempt,
+        run,
         Default::default(),
         RecordStatus::Skipped,
         Some(reason.to_string()),
@@ -132,14 +142,19 @@ struct Attempts<'a> {
     dir: &'a Path,
     /// The point's place in the sweep, from 0.
     n: usize,
+    repetition: u32,
     first: u32,
 }
 
 impl Attempts<'_> {
     /// `<NNN>-<point>` for the first attempt (as runs before attempts were counted), then
-    /// `<NNN>-<point>-attempt<k>`, so that no attempt's logs overwrite another's.
+    /// `<NNN>-<point>-attempt<k>`, so that no attempt's logs overwrite another's; a repetition
+    /// after the first adds `-rep<r>` after the point.
     fn log_base(&self, label: &str, attempt: u32) -> PathBuf {
-        let base = format!("{:03}-{}", self.n + 1, slug(label));
+        let mut base = format!("{:03}-{}", self.n + 1, slug(label));
+        if self.repetition > 1 {
+            base = format!("{base}-rep{}", self.repetition);
+        }
         match attempt {
             1 => self.dir.join(base),
             k => self.dir.join(format!("{base}-attempt{k}")),
@@ -148,9 +163,21 @@ impl Attempts<'_> {
 
     /// The name of the attempt's detached job on the host: the same for the same attempt, so
     /// that a resumed run attaches to a command still running there instead of starting it
-    /// twice.
+    /// twice. A repetition after the first is named too: `s01-p003-r2-a1`.
     fn job(&self, step_index: usize, attempt: u32) -> String {
-        format!("s{:02}-p{:03}-a{attempt}", step_index + 1, self.n + 1)
+        let point = format!("s{:02}-p{:03}", step_index + 1, self.n + 1);
+        match self.repetition {
+            1 => format!("{point}-a{attempt}"),
+            r => format!("{point}-r{r}-a{attempt}"),
+        }
+    }
+
+    /// The run of the point that attempt `attempt` is.
+    fn run(&self, attempt: u32) -> PointRun {
+        PointRun {
+            repetition: self.repetition,
+            attempt,
+        }
     }
 }
 
@@ -175,10 +202,12 @@ async fn run_point(
             point: label.clone(),
             step_index: Some(step.index),
             attempt,
+            repetition: at.repetition,
         });
-        let this = (label.clone(), attempt);
+        let this = (label.clone(), at.run(attempt));
         let job = at.job(step.index, attempt);
-        let ended = run_attempt(ctx, step, point, &at.log_base(&label, attempt), &job, attempt).await;
+        let log_base = at.log_base(&label, attempt);
+        let ended = run_attempt(ctx, step, point, &log_base, &job, at.run(attempt)).await;
         let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) && !rerun_lost => {
                 rerun_lost = true;
@@ -223,15 +252,15 @@ async fn run_point(
 }
 
 /// One attempt at a point: its command run, every JSON-object line of its stdout recorded as
-/// `attempt` the moment it arrives. `attempt` is known before the command starts, so that the
-/// transport can key the command's job on the host by (run, step, point, attempt).
+/// made by `run` the moment it arrives. `run` is known before the command starts, so that the
+/// transport can key the command's job on the host by (run, step, point, repetition, attempt).
 async fn run_attempt(
     ctx: &HostCtx,
     step: &PlannedStep,
     point: &Point,
     log_base: &Path,
     job: &str,
-    attempt: u32,
+    run: PointRun,
 ) -> Result<CommandEnd> {
     let label = point.label();
     let mut line_number = 0;
@@ -245,11 +274,9 @@ async fn run_attempt(
             StdoutLine::Overlong { .. } => "",
         };
         match read_line(line) {
-            Line::Record(metrics) => {
-                ctx.record(step, &point.values, attempt, metrics, RecordStatus::Ok, None)
-            }
+            Line::Record(metrics) => ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None),
             Line::Unreadable(why) => {
-                let at = (label.as_str(), attempt, line_number);
+                let at = (label.as_str(), run, line_number);
                 unreadable(ctx, step, &point.values, at, text, &why)
             }
             Line::Log => {}
@@ -274,7 +301,7 @@ fn failed(
     ctx: &HostCtx,
     step: &PlannedStep,
     point: &Point,
-    at: &(String, u32),
+    at: &(String, PointRun),
     why: &str,
     end: Option<&CommandEnd>,
     started: Instant,
@@ -310,14 +337,15 @@ struct PointEnd {
     reason: Option<String>,
 }
 
-/// `at` is the point's label and the attempt.
-fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, u32), end: PointEnd, started: Instant) {
+/// `at` is the point's label and its run.
+fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, PointRun), end: PointEnd, started: Instant) {
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
         point: at.0.clone(),
         step_index: Some(step.index),
-        attempt: at.1,
+        attempt: at.1.attempt,
+        repetition: at.1.repetition,
         status: end.status,
         exit_code: end.exit_code,
         reason: end.reason,
@@ -355,7 +383,7 @@ fn unreadable(
     ctx: &HostCtx,
     step: &PlannedStep,
     point: &crate::point::Values,
-    (label, attempt, number): (&str, u32, usize),
+    (label, run, number): (&str, PointRun, usize),
     line: &str,
     why: &str,
 ) {
@@ -370,5 +398,5 @@ fn unreadable(
     });
     let mut metrics = serde_json::Map::new();
     record_line::mark_invalid(&mut metrics, vec![what]);
-    ctx.record(step, point, attempt, metrics, RecordStatus::Ok, None);
+    ctx.record(step, point, run, metrics, RecordStatus::Ok, None);
 }

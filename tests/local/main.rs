@@ -20,6 +20,7 @@ mod report_compare;
 mod report_facts;
 mod report_facts_diff;
 mod report_references;
+mod report_repeat;
 mod report_slo;
 mod resume;
 mod shipped_playbooks;

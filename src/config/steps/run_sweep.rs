@@ -37,6 +37,42 @@ pub struct RunSweep {
     /// Expected values per host and point (see `config::reference`).
     #[serde(default)]
     pub references: References,
+    /// How many times each point is measured (1 to [`MAX_REPEAT`]; 1 when absent).
+    pub repeat: Option<serde_saphyr::Spanned<u32>>,
+    /// Whether a point's repetitions are spread across the sweep or run back to back.
+    #[serde(default)]
+    pub repeat_order: RepeatOrder,
+}
+
+/// The most repetitions of a point: a hundred measurements pin a mean down to a fraction of
+/// its spread; more is days of measuring for nothing.
+pub const MAX_REPEAT: u32 = 100;
+
+/// The order of a repeated sweep's runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepeatOrder {
+    /// Every point once, then every point again, …: drift over time (heat, other load)
+    /// spreads evenly over the points instead of biasing the ones measured last.
+    #[default]
+    Interleaved,
+    /// A point's repetitions back to back, then the next point.
+    Consecutive,
+}
+
+impl RepeatOrder {
+    fn is_default(&self) -> bool {
+        *self == RepeatOrder::default()
+    }
+}
+
+/// One run of a point in a repeated sweep: its place in the plan and which repetition it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The point's index in [`RunSweepPlan::points`].
+    pub point: usize,
+    /// From 1.
+    pub repetition: u32,
 }
 
 /// Planned for one host: every point of the matrix, rendered.
@@ -46,6 +82,26 @@ pub struct RunSweepPlan {
     pub stop_on_failure: bool,
     /// Attempts after a failed one, per point (see `super::backoff`).
     pub retries: u32,
+    /// Times each point is measured (1: once; not written then, as before repeats).
+    #[serde(skip_serializing_if = "crate::events::is_first")]
+    pub repeat: u32,
+    #[serde(skip_serializing_if = "RepeatOrder::is_default")]
+    pub repeat_order: RepeatOrder,
+}
+
+impl RunSweepPlan {
+    /// Every run of every point, in the order the sweep makes them (see [`RepeatOrder`]).
+    pub fn runs(&self) -> Vec<Run> {
+        let (points, reps) = (0..self.points.len(), 1..=self.repeat.max(1));
+        match self.repeat_order {
+            RepeatOrder::Interleaved => reps
+                .flat_map(|repetition| points.clone().map(move |point| Run { point, repetition }))
+                .collect(),
+            RepeatOrder::Consecutive => points
+                .flat_map(|point| reps.clone().map(move |repetition| Run { point, repetition }))
+                .collect(),
+        }
+    }
 }
 
 /// One point of a sweep: its matrix values and either a command or the reason it is skipped.
@@ -108,6 +164,8 @@ impl Plans for RunSweep {
             points,
             stop_on_failure: self.stop_on_failure,
             retries: super::retries(r, &self.retries)?,
+            repeat: repeat(r, &self.repeat)?,
+            repeat_order: self.repeat_order,
         })
     }
 }
@@ -132,6 +190,21 @@ pub fn check_size(matrix: &Matrix) -> Result<u128, String> {
     ))
 }
 
+/// `repeat:` as written, checked to be 1 to [`MAX_REPEAT`].
+fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<u32, RenderError> {
+    match written {
+        Some(n) if n.value == 0 || n.value > MAX_REPEAT => Err(r.error(
+            n,
+            format!(
+                "repeat: {} is out of range: a point is measured 1 to {MAX_REPEAT} times",
+                n.value
+            ),
+        )),
+        Some(n) => Ok(n.value),
+        None => Ok(1),
+    }
+}
+
 /// `10000000` as `10,000,000`.
 fn thousands(n: u128) -> String {
     let digits = n.to_string();
@@ -146,6 +219,12 @@ fn thousands(n: u128) -> String {
 }
 
 impl RunSweep {
+    /// How many times each point is measured, as planning allows it (1 when `repeat:` is
+    /// absent; out-of-range values never get past planning).
+    pub fn repetitions(&self) -> u32 {
+        self.repeat.as_ref().map_or(1, |n| n.value.clamp(1, MAX_REPEAT))
+    }
+
     /// One point rendered with the host's variables and the point's values.
     fn point(&self, r: &Renderer, values: IndexMap<String, Json>) -> Result<Point, RenderError> {
         let mut vars = r.vars.clone();
@@ -173,7 +252,12 @@ impl Describe for RunSweepPlan {
             0 => String::new(),
             n => format!(" (a failed point is retried up to {n} times)"),
         };
-        let _ = writeln!(out, "{head}: {} points{retries}", self.points.len());
+        let repeat = match (self.repeat, self.repeat_order) {
+            (0 | 1, _) => String::new(),
+            (n, RepeatOrder::Interleaved) => format!(", each measured {n} times (interleaved)"),
+            (n, RepeatOrder::Consecutive) => format!(", each measured {n} times (consecutively)"),
+        };
+        let _ = writeln!(out, "{head}: {} points{repeat}{retries}", self.points.len());
         for p in &self.points {
             let label = p.label();
             let _ = match (&p.skip, &p.pending) {
@@ -216,6 +300,34 @@ mod tests {
     #[test]
     fn a_count_beyond_u128_saturates() {
         assert!(check_size(&matrix(60, 10)).unwrap_err().contains("340,282,366"));
+    }
+
+    fn plan(points: usize, repeat: u32, repeat_order: RepeatOrder) -> RunSweepPlan {
+        let point = Point {
+            values: IndexMap::new(),
+            command: String::new(),
+            skip: None,
+            pending: None,
+        };
+        RunSweepPlan {
+            points: vec![point; points],
+            stop_on_failure: false,
+            retries: 0,
+            repeat,
+            repeat_order,
+        }
+    }
+
+    #[test]
+    fn repetitions_interleave_unless_told_consecutive() {
+        let order = |p: RunSweepPlan| -> Vec<(usize, u32)> {
+            p.runs().iter().map(|r| (r.point, r.repetition)).collect()
+        };
+        let interleaved = order(plan(2, 3, RepeatOrder::Interleaved));
+        assert_eq!(interleaved, [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]);
+        let consecutive = order(plan(2, 3, RepeatOrder::Consecutive));
+        assert_eq!(consecutive, [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]);
+        assert_eq!(order(plan(2, 1, RepeatOrder::Interleaved)), [(0, 1), (1, 1)]);
     }
 
     #[test]
