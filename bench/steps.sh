@@ -30,8 +30,9 @@ BINS=("$TARGET/release/rigrun")
 NAMES=("rigrun")
 if [ -n "${BASELINE_REV:-}" ]; then
   base=$WORK/baseline-src
-  [ -d "$base" ] || git worktree add --detach -q "$base" "$BASELINE_REV"
+  git worktree add --detach -q "$base" "$BASELINE_REV"
   (cd "$base" && cargo build --release --quiet --target-dir "$WORK/baseline-target")
+  git worktree remove --force "$base"   # the binary is all it was for
   BINS+=("$WORK/baseline-target/release/rigrun")
   NAMES+=("rigrun at $BASELINE_REV")
 fi
