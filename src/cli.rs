@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// With --resume: also run again the points whose record was marked invalid.
     #[arg(long, requires = "resume")]
     pub redo_invalid: bool,
+    /// Measure each point of every sweep N times (1 to 100), as `repeat: N` on each run-sweep
+    /// step that has none of its own; kept in run.json, so a resume repeats as the run did.
+    #[arg(long, value_name = "N", conflicts_with = "resume",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: Option<u32>,
     /// How many hosts run at once (default: all).
     #[arg(long)]
     pub forks: Option<usize>,

@@ -25,11 +25,17 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
 }
 
 fn load(playbook: &std::path::Path, with: &ConfigOpts) -> Result<Config> {
+    load_repeated(playbook, with, None)
+}
+
+/// [`load`] with `run --repeat N`.
+fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u32>) -> Result<Config> {
     let opts = LoadOptions {
         playbook: playbook.to_path_buf(),
         inventory: with.inventory.clone(),
         limit: with.limit.clone(),
         extra_vars: with.extra_vars.clone(),
+        repeat,
     };
     Ok(Config::load(&opts)?)
 }
@@ -76,7 +82,7 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
             None => return Ok(Exit::Ok),
         },
         (None, Some(playbook)) => {
-            let config = load(playbook, &args.with)?;
+            let config = load_repeated(playbook, &args.with, args.repeat)?;
             // Every template renders and every script exists before any host is touched.
             plan::build(&config, &offline_builtins())?;
             let start = Start::New {

@@ -130,6 +130,8 @@ pub struct LoadOptions {
     pub limit: Option<Vec<String>>,
     /// `-e KEY=VALUE`, in order.
     pub extra_vars: Vec<String>,
+    /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
+    pub repeat: Option<u32>,
 }
 
 /// A checked configuration: both files, parsed, plus the hosts this run covers.
@@ -148,6 +150,8 @@ pub struct Config {
     pub references: Vec<reference::Reference>,
     /// The playbook's latency limits (`slo:`), resolved.
     pub slo: slo::Slo,
+    /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
+    pub repeat: Option<u32>,
 }
 
 /// Values that rigrun defines for every host; they cannot be redefined as variables.
@@ -188,6 +192,7 @@ impl Config {
             hosts: Vec::new(),
             references: Vec::new(),
             slo: slo::Slo::default(),
+            repeat: opts.repeat,
         };
         config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
         validate::check(&config)?;

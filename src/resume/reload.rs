@@ -77,6 +77,7 @@ fn options(manifest: &Manifest) -> LoadOptions {
         inventory: resolve(base, &manifest.inventory.path),
         limit: Some(manifest.hosts.keys().cloned().collect()),
         extra_vars: extra_vars(&manifest.playbook.extra_vars),
+        repeat: manifest.playbook.repeat,
     }
 }
 

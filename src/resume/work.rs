@@ -33,6 +33,8 @@ pub struct HostWork {
     redo: Redo,
     /// Per step index: whether the step runs.
     runs: Vec<bool>,
+    /// `run --repeat N`, for sweeps without their own `repeat:`.
+    repeat: Option<u32>,
 }
 
 impl HostWork {
@@ -42,6 +44,7 @@ impl HostWork {
             past: HostHistory::default(),
             redo: Redo::default(),
             runs: vec![true; config.playbook.steps.len()],
+            repeat: config.repeat,
         }
     }
 
@@ -58,6 +61,7 @@ impl HostWork {
             past,
             redo,
             runs: Vec::new(),
+            repeat: config.repeat,
         };
         let steps = &config.playbook.steps;
         let own: Vec<bool> = steps
@@ -133,7 +137,7 @@ impl HostWork {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
-            .flat_map(|(i, step)| units(step).into_iter().map(move |u| (i, u)))
+            .flat_map(|(i, step)| units(step, self.repeat).into_iter().map(move |u| (i, u)))
             .filter(|(i, (label, r))| matches!(self.point(*i, label, *r), PointWork::Run { .. }))
             .count()
     }
@@ -153,7 +157,7 @@ impl HostWork {
     /// Why step `index` did not end ok, if it did not.
     fn failure(&self, index: usize, step: &Step) -> Option<String> {
         if step.as_kind().on_resume() == OnResume::Measure {
-            let failed: Vec<String> = units(step)
+            let failed: Vec<String> = units(step, self.repeat)
                 .into_iter()
                 .filter_map(|(label, r)| match self.point(index, &label, r) {
                     PointWork::Keep {
@@ -177,7 +181,7 @@ impl HostWork {
 
     fn has_own_work(&self, index: usize, step: &Step) -> bool {
         match step.as_kind().on_resume() {
-            OnResume::Measure => units(step)
+            OnResume::Measure => units(step, self.repeat)
                 .iter()
                 .any(|(label, r)| matches!(self.point(index, label, *r), PointWork::Run { .. })),
             OnResume::Setup | OnResume::Collect => !matches!(
@@ -188,14 +192,14 @@ impl HostWork {
     }
 }
 
-/// A sweep's units of work, from its matrix and `repeat:` (known before anything is
-/// rendered): each point's label with each of its repetitions.
-pub fn units(step: &Step) -> Vec<(String, u32)> {
+/// A sweep's units of work, from its matrix and `repeat:` (or the run's `--repeat`; known
+/// before anything is rendered): each point's label with each of its repetitions.
+pub fn units(step: &Step, run_repeat: Option<u32>) -> Vec<(String, u32)> {
     match step {
         Step::RunSweep(sweep) => point::cartesian(&sweep.matrix)
             .iter()
             .map(point::label)
-            .flat_map(|label| (1..=sweep.repetitions()).map(move |r| (label.clone(), r)))
+            .flat_map(|label| (1..=sweep.repetitions(run_repeat)).map(move |r| (label.clone(), r)))
             .collect(),
         _ => Vec::new(),
     }

@@ -100,6 +100,9 @@ pub struct PlaybookInfo {
     pub source: String,
     /// `-e` values given on the command line.
     pub extra_vars: Json,
+    /// `run --repeat N`, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -274,6 +277,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
             name: config.playbook.name.value.clone(),
             source: config.playbook_text.clone(),
             extra_vars: serde_json::to_value(&config.extra_vars).unwrap_or_default(),
+            repeat: config.repeat,
         },
         inventory: InventoryInfo {
             path: config.inventory_path.display().to_string(),

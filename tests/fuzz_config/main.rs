@@ -245,6 +245,7 @@ fn exercise(dir: &Path, input: &Input) -> Reached {
         inventory: dir.join("hosts.yaml"),
         limit: None,
         extra_vars: input.extra_vars.clone(),
+        repeat: None,
     };
     std::fs::write(&opts.playbook, &input.playbook).unwrap();
     std::fs::write(&opts.inventory, &input.inventory).unwrap();

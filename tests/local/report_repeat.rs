@@ -115,3 +115,37 @@ fn a_repeated_sweep_measures_each_point_n_times_and_shows_mean_and_interval() {
     assert_eq!(cells[1]["noisy"], true);
     assert_eq!(cells[1]["excluded"], 0);
 }
+
+/// `run --repeat N` repeats every sweep without its own `repeat:` (a sweep that says `repeat: 1`
+/// keeps it), and the count is kept in run.json for a resume.
+#[test]
+fn run_repeat_applies_to_sweeps_without_their_own_and_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hosts.yaml"), INVENTORY).unwrap();
+    let playbook = "name: twice\nsteps:\n  - run-sweep:\n      matrix: {c: [1, 2]}\n      \
+                    command: \"echo '{\\\"x\\\": {{ c }}}'\"\n  - run-sweep:\n      repeat: 1\n      \
+                    matrix: {d: [1]}\n      command: \"echo '{\\\"y\\\": 1}'\"\n";
+    std::fs::write(dir.path().join("twice.yaml"), playbook).unwrap();
+    let out = run_rigrun(
+        dir.path(),
+        &["run", "twice.yaml", "--repeat", "2", "--runs-dir", "runs", "-q"],
+    );
+    assert!(out.status.success(), "{:?}", text(&out));
+    let run = only_run_dir(&dir.path().join("runs"));
+    let recs = records(&run);
+    let reps = |step: u64, key: &str| -> Vec<u64> {
+        let mut r: Vec<u64> = recs
+            .iter()
+            .filter(|r| r["step_index"] == step && r["metrics"].get(key).is_some())
+            .map(|r| r["repetition"].as_u64().unwrap_or(1))
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(reps(0, "x"), [1, 1, 2, 2], "{recs:?}");
+    assert_eq!(reps(1, "y"), [1], "its own repeat: 1 stands");
+    assert_eq!(manifest(&run)["playbook"]["repeat"], 2);
+
+    let bad = run_rigrun(dir.path(), &["run", "twice.yaml", "--repeat", "0"]);
+    assert_eq!(bad.status.code(), Some(2), "{:?}", text(&bad));
+}

@@ -164,7 +164,7 @@ impl Plans for RunSweep {
             points,
             stop_on_failure: self.stop_on_failure,
             retries: super::retries(r, &self.retries)?,
-            repeat: repeat(r, &self.repeat)?,
+            repeat: repeat(r, &self.repeat)?.unwrap_or(r.config.repeat.unwrap_or(1)),
             repeat_order: self.repeat_order,
         })
     }
@@ -190,8 +190,9 @@ pub fn check_size(matrix: &Matrix) -> Result<u128, String> {
     ))
 }
 
-/// `repeat:` as written, checked to be 1 to [`MAX_REPEAT`].
-fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<u32, RenderError> {
+/// `repeat:` as written, checked to be 1 to [`MAX_REPEAT`]; None when absent (the run's
+/// `--repeat`, or once, then applies).
+fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<Option<u32>, RenderError> {
     match written {
         Some(n) if n.value == 0 || n.value > MAX_REPEAT => Err(r.error(
             n,
@@ -200,8 +201,8 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
                 n.value
             ),
         )),
-        Some(n) => Ok(n.value),
-        None => Ok(1),
+        Some(n) => Ok(Some(n.value)),
+        None => Ok(None),
     }
 }
 
@@ -219,10 +220,13 @@ fn thousands(n: u128) -> String {
 }
 
 impl RunSweep {
-    /// How many times each point is measured, as planning allows it (1 when `repeat:` is
-    /// absent; out-of-range values never get past planning).
-    pub fn repetitions(&self) -> u32 {
-        self.repeat.as_ref().map_or(1, |n| n.value.clamp(1, MAX_REPEAT))
+    /// How many times each point is measured, as planning allows it (`run_default`, the run's
+    /// `--repeat`, or 1 when `repeat:` is absent; out-of-range values never get past planning).
+    pub fn repetitions(&self, run_default: Option<u32>) -> u32 {
+        self.repeat
+            .as_ref()
+            .map_or(run_default.unwrap_or(1), |n| n.value)
+            .clamp(1, MAX_REPEAT)
     }
 
     /// One point rendered with the host's variables and the point's values.
