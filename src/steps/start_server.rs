@@ -54,7 +54,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
         (
-            Some(spawn_attached(ctx, step, command, &log_path, watch.clone())?),
+            Some(spawn_job(ctx, step, command, &log_path, watch.clone())?),
             None,
         )
     };
@@ -104,7 +104,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
 /// Runs the server as a detached job of the run (see `transport/job.rs`: it outlives a lost
 /// connection and is followed again); its output goes to `log_path` here. Aborting the task
 /// stops it on the host.
-fn spawn_attached(
+fn spawn_job(
     ctx: &HostCtx,
     step: &PlannedStep,
     command: &str,

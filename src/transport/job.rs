@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -49,12 +49,12 @@ pub(super) struct Jobs {
     host: String,
     reconnect_for: Duration,
     lease: Duration,
-    dir: Mutex<Option<String>>,
+    dir: OnceLock<String>,
     keeper: Mutex<Option<tokio::task::AbortHandle>>,
     /// Jobs started that have not reported their end.
     unfinished: Mutex<HashSet<String>>,
     /// Why the connection could not be got back, once that happened.
-    given_up: Mutex<Option<String>>,
+    given_up: OnceLock<String>,
 }
 
 impl Jobs {
@@ -63,15 +63,15 @@ impl Jobs {
             host: host.to_string(),
             reconnect_for: spec.reconnect_for(),
             lease: spec.lease(),
-            dir: Mutex::new(None),
+            dir: OnceLock::new(),
             keeper: Mutex::new(None),
             unfinished: Mutex::new(HashSet::new()),
-            given_up: Mutex::new(None),
+            given_up: OnceLock::new(),
         }
     }
 
     fn dir(&self) -> Option<String> {
-        self.dir.lock().ok()?.clone()
+        self.dir.get().cloned()
     }
 
     fn lease_secs(&self) -> String {
@@ -100,16 +100,14 @@ impl Transport {
     /// length until the transport closes. The first job creates the folder and starts its
     /// watchdog, so that a run pays no round trip for them.
     pub fn start_jobs(self: &Arc<Self>, dir: &str) {
-        if let Ok(mut d) = self.jobs.dir.lock() {
-            *d = Some(dir.to_string());
-        }
+        let _ = self.jobs.dir.set(dir.to_string());
         let weak: Weak<Transport> = Arc::downgrade(self);
         let (dir, every) = (dir.to_string(), self.jobs.lease / 4);
         let keeper = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(transport) = weak.upgrade() else { return };
-                if let Err(e) = transport.job_action("lease", &dir, "-").await {
+                if let Err(e) = transport.job_action("lease", &dir).await {
                     tracing::info!(host = %transport.jobs.host, "lease not renewed: {e:#}");
                 }
             }
@@ -132,8 +130,10 @@ impl Transport {
             .jobs
             .dir()
             .context("the run's jobs folder on the host was not prepared")?;
-        if let Some(reason) = self.jobs.given_up.lock().ok().and_then(|g| g.clone()) {
-            return Err(anyhow!(Lost { reason }));
+        if let Some(reason) = self.jobs.given_up.get() {
+            return Err(anyhow!(Lost {
+                reason: reason.clone()
+            }));
         }
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut readers: [StreamReader; 2] = Default::default();
@@ -163,9 +163,7 @@ impl Transport {
             if let Err(gone) = self.reconnect(lost_at + self.jobs.reconnect_for).await {
                 // The host stays lost for the rest of the run: what still asks for it fails at
                 // once instead of waiting out `reconnect_for` again.
-                if let Ok(mut given_up) = self.jobs.given_up.lock() {
-                    *given_up = Some(format!("{gone:#}"));
-                }
+                let _ = self.jobs.given_up.set(format!("{gone:#}"));
                 return Err(gone);
             }
             on_warning(format!(
@@ -230,7 +228,7 @@ impl Transport {
         };
         stop_on_drop.0 = None;
         channel.wait().await;
-        Ok(carried.stderr_end)
+        Ok(carried)
     }
 
     /// What the end marker's trailer says: an exit code, a stop, or why the job is no more.
@@ -268,17 +266,17 @@ impl Transport {
         if !self.jobs.any_unfinished() {
             return;
         }
-        let closing = self.job_action("close", &dir, "-");
+        let closing = self.job_action("close", &dir);
         if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(15), closing).await {
             tracing::info!(host = %self.jobs.host, "cannot stop the run's commands: {e:#}");
         }
     }
 
     /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
-    async fn job_action(&self, action: &str, dir: &str, name: &str) -> Result<()> {
+    async fn job_action(&self, action: &str, dir: &str) -> Result<()> {
         let marker = wrapper::new_marker();
         let lease = self.jobs.lease_secs();
-        let args = [action, dir, name, &marker, "keep", "0", "0", "-", &lease];
+        let args = [action, dir, "-", &marker, "keep", "0", "0", "-", &lease];
         let mut channel = self.spawn(JOB, &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
         let carried = carry(
@@ -290,7 +288,7 @@ impl Transport {
         )
         .await?;
         channel.wait().await;
-        match carried.stderr_end.as_deref() {
+        match carried.as_deref() {
             Some("0") => Ok(()),
             Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
             None => bail!("the connection broke"),
@@ -426,6 +424,31 @@ mod tests {
             wait_until_gone(child.trim()),
             "the job outlived its dropped follower"
         );
+    }
+
+    /// Over SSH the end of stdin may be a lost connection, so only the word `StopOnDrop` writes
+    /// stops a job there: checked with `keep`, the stdin held open.
+    #[tokio::test]
+    async fn the_word_written_on_drop_stops_a_job_whose_stdin_stays_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs").display().to_string();
+        let pid_file = dir.path().join("child");
+        let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .unwrap();
+        let args = ["run", &jobs, "j5", "M", "keep", "0", "0", &command, "120"];
+        let channel = Channel::local(JOB, &args, permit).unwrap();
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(StopOnDrop(Some(channel.stdin_fd())));
+        let child = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(wait_until_gone(child.trim()), "the job outlived the stop word");
+        let stopped = std::fs::read_to_string(dir.path().join("jobs/j5.stopped")).unwrap();
+        assert_eq!(stopped, "interrupted\n");
+        drop(channel);
     }
 
     #[tokio::test]

@@ -264,7 +264,7 @@ async fn read_bounded(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<(Vec<
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 /// A reader that drops everything up to and including `marker`, then passes the rest on

@@ -1,8 +1,9 @@
 //! Transports: how rigrun runs commands, moves files and reaches HTTP servers on a host.
 //!
 //! `ssh` goes through one OpenSSH ControlMaster per host (so `~/.ssh/config`, ProxyJump and the
-//! agent work as they do for `ssh`); `local` does the same on this machine. Both run commands
-//! under the same wrapper, so timeouts and Ctrl-C stop remote work the same way. What an SSH
+//! agent work as they do for `ssh`); `local` does the same on this machine. Both run short
+//! commands under the same wrapper (`wrapper.rs`) and the commands that measure or serve as
+//! detached jobs (`job.rs`), so timeouts, Ctrl-C and lost connections treat remote work alike. What an SSH
 //! host's login shell prints before our commands run is found once when connecting
 //! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 

@@ -148,26 +148,21 @@ impl StreamReader {
     }
 }
 
-/// What one channel carried: the trailer of each stream's end marker (None: the stream closed
-/// without it, so the connection broke or the shell was killed).
-#[derive(Debug, Default)]
-pub(crate) struct Carried {
-    pub stdout_end: Option<String>,
-    pub stderr_end: Option<String>,
-}
-
-/// Reads both framed streams of one channel until they close, feeding `readers`.
+/// Reads both framed streams of one channel until they close, feeding `readers`; returns the
+/// trailer of stderr's end marker (the exit status, or why there is none), None when the stream
+/// closed without it (the connection broke, or the shell was killed). Stdout's end only marks
+/// where its login noise starts again.
 pub(crate) async fn carry(
     mut stdout: impl AsyncRead + Unpin,
     mut stderr: impl AsyncRead + Unpin,
     marker: &str,
     readers: &mut [StreamReader; 2],
     on_output: &mut (dyn FnMut(Stream, Output) + Send),
-) -> io::Result<Carried> {
+) -> io::Result<Option<String>> {
     let (mut out_frame, mut err_frame) = (Frame::new(marker), Frame::new(marker));
     let (mut out_chunk, mut err_chunk) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let (mut out_open, mut err_open) = (true, true);
-    let mut carried = Carried::default();
+    let mut stderr_end = None;
     let [out_reader, err_reader] = readers;
     while out_open || err_open {
         tokio::select! {
@@ -175,21 +170,19 @@ pub(crate) async fn carry(
                 let n = read?;
                 out_open = n > 0;
                 let data = (n > 0).then(|| &out_chunk[..n]);
-                if let Some(end) = out_reader.push(&mut out_frame, data, Stream::Stdout, on_output) {
-                    carried.stdout_end = Some(end);
-                }
+                out_reader.push(&mut out_frame, data, Stream::Stdout, on_output);
             }
             read = stderr.read(&mut err_chunk), if err_open => {
                 let n = read?;
                 err_open = n > 0;
                 let data = (n > 0).then(|| &err_chunk[..n]);
                 if let Some(end) = err_reader.push(&mut err_frame, data, Stream::Stderr, on_output) {
-                    carried.stderr_end = Some(end);
+                    stderr_end = Some(end);
                 }
             }
         }
     }
-    Ok(carried)
+    Ok(stderr_end)
 }
 
 /// Reads both output streams until they close, passing on what the command printed, and
@@ -202,10 +195,10 @@ pub async fn drive(
     on_output: &mut (dyn FnMut(Stream, Output) + Send),
 ) -> io::Result<Option<i32>> {
     let mut readers: [StreamReader; 2] = Default::default();
-    let carried = carry(stdout, stderr, marker, &mut readers, on_output).await?;
+    let stderr_end = carry(stdout, stderr, marker, &mut readers, on_output).await?;
     readers[0].finish(Stream::Stdout, on_output);
     readers[1].finish(Stream::Stderr, on_output);
-    Ok(carried.stderr_end.and_then(|rc| rc.parse().ok()))
+    Ok(stderr_end.and_then(|rc| rc.parse().ok()))
 }
 
 /// A whole line as text for those who read lines: invalid UTF-8 replaced, `\r` dropped.
@@ -270,8 +263,18 @@ mod tests {
     /// Runs `command` under the wrapper; closes its stdin once a stdout line equals `close_on`.
     async fn run_local(command: &str, close_on: Option<&str>) -> (Vec<(Stream, String)>, Option<i32>) {
         let marker = new_marker();
+        run_sh(&["-c", WRAPPER, "rigrun", command, &marker], &marker, close_on).await
+    }
+
+    /// Runs `sh ARGS` (a wrapper line, whatever comes around it) and drives its output framed
+    /// by `marker`; closes its stdin once a stdout line equals `close_on`.
+    async fn run_sh(
+        args: &[&str],
+        marker: &str,
+        close_on: Option<&str>,
+    ) -> (Vec<(Stream, String)>, Option<i32>) {
         let mut child = tokio::process::Command::new("sh")
-            .args(["-c", WRAPPER, "rigrun", command, &marker])
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -282,7 +285,7 @@ mod tests {
         let code = drive(
             child.stdout.take().unwrap(),
             child.stderr.take().unwrap(),
-            &marker,
+            marker,
             &mut |s, output| {
                 let Output::Line(l) = output else { return };
                 let l = line_text(l).into_owned();
@@ -305,28 +308,7 @@ mod tests {
             "echo '{{\"banner\": 1}}'; printf 'no newline'; echo rc-noise >&2; {}",
             super::super::channel::sh_line(WRAPPER, &["echo out; echo err >&2; exit 3", &marker])
         );
-        let mut child = tokio::process::Command::new("sh")
-            .args(["-c", &noisy_login])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let _stdin = child.stdin.take();
-        let mut lines = Vec::new();
-        let code = drive(
-            child.stdout.take().unwrap(),
-            child.stderr.take().unwrap(),
-            &marker,
-            &mut |s, output| {
-                if let Output::Line(l) = output {
-                    lines.push((s, line_text(l).into_owned()))
-                }
-            },
-        )
-        .await
-        .unwrap();
-        child.wait().await.unwrap();
+        let (lines, code) = run_sh(&["-c", &noisy_login], &marker, None).await;
         assert_eq!(code, Some(3));
         // The streams race each other; each must hold only the command's line.
         let on = |stream| -> Vec<&str> {

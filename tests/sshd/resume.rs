@@ -4,15 +4,21 @@
 use crate::common::{rigrun, sh, text, ClientKey, Sshd};
 use crate::resume_support::{interrupt_then_resume, latest_records, point_started, spawn, wait_for_event};
 
+/// A loopback sshd as host `a`, written to `dir/hosts.yaml`; it runs while the value lives.
+fn loopback_host(dir: &std::path::Path) -> Sshd {
+    let key = ClientKey::new(dir);
+    let sshd = Sshd::start(dir, "a", &key);
+    let known_hosts = dir.join("known_hosts");
+    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
+    let entry = sshd.inventory_entry("a", &key, &known_hosts, &dir.join("work-a"), "");
+    std::fs::write(dir.join("hosts.yaml"), format!("hosts:\n{entry}")).unwrap();
+    sshd
+}
+
 #[test]
 fn sigterm_and_sigkill_mid_sweep_over_ssh_then_resume_completes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let key = ClientKey::new(dir.path());
-    let sshd = Sshd::start(dir.path(), "a", &key);
-    let known_hosts = dir.path().join("known_hosts");
-    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
-    let entry = sshd.inventory_entry("a", &key, &known_hosts, &dir.path().join("work-a"), "");
-    std::fs::write(dir.path().join("hosts.yaml"), format!("hosts:\n{entry}")).unwrap();
+    let _sshd = loopback_host(dir.path());
     for signal in ["TERM", "KILL"] {
         interrupt_then_resume(dir.path(), signal);
     }
@@ -23,12 +29,7 @@ fn sigterm_and_sigkill_mid_sweep_over_ssh_then_resume_completes_it() {
 #[test]
 fn a_point_still_running_when_rigrun_was_killed_is_reattached_not_run_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let key = ClientKey::new(dir.path());
-    let sshd = Sshd::start(dir.path(), "a", &key);
-    let known_hosts = dir.path().join("known_hosts");
-    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
-    let entry = sshd.inventory_entry("a", &key, &known_hosts, &dir.path().join("work-a"), "");
-    std::fs::write(dir.path().join("hosts.yaml"), format!("hosts:\n{entry}")).unwrap();
+    let _sshd = loopback_host(dir.path());
     let (go, starts) = (dir.path().join("go"), dir.path().join("starts"));
     std::fs::create_dir(&starts).unwrap();
     // Each point notes that it started, prints a line, waits for `go` (point 2 only), then
