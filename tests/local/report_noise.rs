@@ -18,10 +18,10 @@ name: noise
 steps:
   - run-sweep:
       repeat: 5
-      matrix: {concurrency: [1]}
+      matrix: {concurrency: [1, 2]}
       command: >-
         {{ rigrun }} bench --url {{ url }} --model test/model --concurrency {{ concurrency }}
-        --num-requests 5 --warmup 0 --input-len 100 --output-len 64
+        --num-requests {{ concurrency * 5 }} --warmup 0 --input-len 100 --output-len 64
 "#;
 
 /// A sim of the test profile with `batch_ms` per decode step, each request delayed by 0–40 ms
@@ -93,6 +93,23 @@ fn a_slower_host_is_told_from_noise_and_the_same_server_is_within_noise() {
         "b is slower beyond the noise: {ratio}"
     );
     assert!((1.05..1.2).contains(&value), "{ratio}");
+    let html = dir.path().join("report.html");
+    rigrun_ok(
+        &["report", first.to_str().unwrap(), "--out", html.to_str().unwrap()],
+        0,
+    );
+    let html = std::fs::read_to_string(html).unwrap();
+    let throughput = &html[html.find(r#"data-chart="throughput""#).unwrap()..];
+    let throughput = &throughput[..throughput.find("</svg>").unwrap()];
+    assert_eq!(
+        throughput.matches(r#"<path class="error""#).count(),
+        4,
+        "an error bar per host and level on the throughput chart: {throughput}"
+    );
+    assert!(
+        throughput.contains("(mean of 5 repetitions, 95% interval)"),
+        "{throughput}"
+    );
 
     // Again, with b now as fast as a and served with the same seed as before.
     let second = measure(dir.path(), 2.0, 2.0);
