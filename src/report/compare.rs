@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 
 use super::grid::RunTables;
 use super::model::Grid;
+use super::slo::SloCapacity;
 use super::stats::{self, Welch};
 use super::steps::{pick_metric, StepRecords};
 use super::{Cell, Run, Verdict};
@@ -199,6 +200,13 @@ impl<'a> Across<'a> {
             .into_iter()
             .map(|label| self.row(&matching, &label, &metric))
             .collect();
+        let labelled: Vec<(&str, Option<&StepRecords>)> = self
+            .runs
+            .iter()
+            .map(|r| run_label(self.runs, r))
+            .zip(matching.iter().copied())
+            .collect();
+        let slo = SloCapacity::across(&labelled, &metric, &self.hosts, &self.runs[0].manifest.slo);
         Grid {
             title: format!(
                 "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
@@ -212,7 +220,7 @@ impl<'a> Across<'a> {
             metric,
             rows,
             scaling: Vec::new(),
-            slo: None,
+            slo,
         }
     }
 

@@ -252,3 +252,48 @@ fn slo_capacity_on_the_demo_hosts_matches_the_sims_prediction() {
         );
     }
 }
+
+/// Across runs, each host's capacity in every run, judged by the same limits, with its ratio to
+/// the host's capacity in the first run: here the second run slows every host to speed 100, so
+/// `fast` falls from C=16 to C=4 (throughput 100·4^0.7 against 200·16^0.7).
+#[test]
+fn compare_across_runs_gives_each_runs_capacity_against_the_first() {
+    let dir = setup(PLAYBOOK);
+    let (first, _) = run(dir.path(), &[]);
+    let (second, _) = run(dir.path(), &["-e", "speed=100"]);
+    let (first, second) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let table = rigrun_ok(&["compare", first, second], 0);
+    let headline = table
+        .lines()
+        .find(|l| l.contains("within SLO ("))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        headline.contains("fast @") && headline.contains("slow @"),
+        "{headline}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&rigrun_ok(&["compare", first, second, "--format", "json"], 0)).unwrap();
+    let series = json[0]["slo"]["series"].as_array().unwrap();
+    let names: Vec<&str> = series.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names[0].starts_with("fast @") && names[1].starts_with("fast @"),
+        "{names:?}"
+    );
+    assert_eq!(series[0]["within"]["concurrency"], 16.0);
+    assert_eq!(series[1]["within"]["concurrency"], 4.0);
+    assert_eq!(series[1]["ratio_of"], names[0]);
+    let expected = (100.0 * 4f64.powf(0.7)) / (200.0 * 16f64.powf(0.7));
+    assert!(
+        (series[1]["ratio"].as_f64().unwrap() - expected).abs() < 1e-3,
+        "{}",
+        series[1]
+    );
+    assert!(
+        headline.contains(&format!("(×{expected:.2} of {})", names[0])),
+        "{headline}"
+    );
+    // `--slo` judges every run by the limits given.
+    let loose = rigrun_ok(&["compare", first, second, "--slo", "p99_ttft_ms=100000"], 0);
+    assert!(loose.contains("within SLO (p99_ttft_ms ≤ 100000)"), "{loose}");
+}
