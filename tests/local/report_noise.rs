@@ -140,6 +140,15 @@ fn a_slower_host_is_told_from_noise_and_the_same_server_is_within_noise() {
         "{b_change}"
     );
     assert!(b_change["value"].as_f64().unwrap() < -5.0, "{b_change}");
+    // Read the other way round (from the fast run to the slow one), b's change is a regression.
+    let back = cells(&["compare", second.to_str().unwrap(), first.to_str().unwrap()]);
+    let b_back = back
+        .iter()
+        .filter(|(c, _)| c.starts_with("b ") && c.contains(" Δ @"))
+        .map(|(_, v)| v)
+        .next()
+        .unwrap();
+    assert_eq!(b_back["verdict"], "regression", "{b_back}");
 
     let table = rigrun_ok(
         &[
