@@ -56,7 +56,9 @@ best() {
   local name=$1; shift
   local best_s="" best_kb="" best_step=""
   for i in $(seq "$REPEAT"); do
-    rm -rf "$WORK/dest" "$WORK/runs" && mkdir -p "$WORK/dest"
+    # sync: the deletes of the previous round (and the discards they cause on this disk) land
+    # before the clock starts, not inside the next tool's time.
+    rm -rf "$WORK/dest" "$WORK/runs" && mkdir -p "$WORK/dest" && sync
     /usr/bin/time -f '%e %M' -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>&1 \
       || { echo "$name failed: $(tail -5 "$WORK/$name.log")" >&2; exit 1; }
     read -r s kb < "$WORK/$name.time"
