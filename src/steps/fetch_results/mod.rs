@@ -359,6 +359,7 @@ trap 'rm -f "$T"' EXIT
 printf '%s\0' "$B"
 if command -v sha256sum >/dev/null 2>&1; then printf '1\0'; else printf '0\0'; fi
 pd=; rd=
+exec 3>"$T"
 for f in @GLOB@; do
   r=
   if [ -L "$f" ]; then t=l; [ -f "$f" ] && t=L; r=$(readlink -f -- "$f" && printf x); r=${r%??}
@@ -371,10 +372,11 @@ for f in @GLOB@; do
   if [ "$d" != "$pd" ]; then pd=$d; rd=$(cd -- "$d" 2>/dev/null && pwd -P); fi
   printf '%s\0%s\0%s\0%s\0%s\0' "$t" "$a" "$f" "$r" "$rd"
   case "$t$r" in
-    f) printf '%s\0' "$f" >> "$T" ;;
-    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >> "$T" ;;
+    f) printf '%s\0' "$f" >&3 ;;
+    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >&3 ;;
   esac
 done
+exec 3>&-
 printf '\0'
 xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%T@\\0%p\\0"' sh < "$T" 2>/dev/null
 printf '\0'
