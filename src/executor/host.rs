@@ -94,6 +94,7 @@ impl HostJob {
             home,
             servers: Vec::new(),
             work: self.work.clone(),
+            nvidia_smi: facts.nvidia_smi.as_deref() == Some("present"),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);

@@ -1,0 +1,107 @@
+//! When what the GPUs and the server did says a point's numbers cannot be trusted: each problem
+//! names the metric and its value, and goes into the record's `problems` (marking it invalid,
+//! as the benchmark's own problems do). The thresholds are here, and in the README.
+
+use serde_json::{Map, Value as Json};
+
+/// Prefix-cache hits serving at least this share of prompt tokens: prefill was not measured.
+pub const PREFIX_HIT_LIMIT: f64 = 0.5;
+/// Speculative decoding accepting less than this share of drafted tokens: the prompts defeat
+/// the drafter, and the throughput is that of a server paying for drafts it throws away.
+pub const SPEC_ACCEPT_FLOOR: f64 = 0.05;
+/// The fewest scrapes inside a point before its peak of running requests is judged: a short
+/// point seen only before and after would look idle.
+pub const MIN_SCRAPES_FOR_PEAK: f64 = 4.0;
+
+/// The problems the telemetry in `m` (a record's metrics, telemetry merged) shows for a point
+/// run at `concurrency` requests.
+pub fn problems(m: &Map<String, Json>, concurrency: Option<f64>) -> Vec<String> {
+    let get = |name: &str| m.get(name).and_then(Json::as_f64);
+    let mut out = Vec::new();
+    if let Some(n) = get("server_preemptions").filter(|n| *n > 0.0) {
+        out.push(format!(
+            "server_preemptions = {n}: the server preempted requests during the point (its KV cache \
+             overflowed), so they were recomputed and timings include that"
+        ));
+    }
+    if let Some(n) = get("server_retracted_peak").filter(|n| *n > 0.0) {
+        out.push(format!(
+            "server_retracted_peak = {n}: the server retracted requests for lack of KV cache during \
+             the point"
+        ));
+    }
+    if let (Some(peak), Some(c), Some(scrapes)) =
+        (get("server_running_peak"), concurrency, get("server_scrapes"))
+    {
+        if scrapes >= MIN_SCRAPES_FOR_PEAK && peak < c {
+            out.push(format!(
+                "server_running_peak = {peak} < concurrency {c}: the server never ran as many requests \
+                 as the point sent at once (the rest waited in its queue)"
+            ));
+        }
+    }
+    if let Some(reasons) = m.get("gpu_throttle_reasons").and_then(Json::as_str) {
+        out.push(format!(
+            "gpu_throttle_reasons = {reasons}: a GPU was held back by power or heat during the window"
+        ));
+    }
+    let decode_only = m
+        .get("workload_note")
+        .and_then(Json::as_str)
+        .is_some_and(|n| n.starts_with("decode-throughput test"));
+    if let Some(rate) = get("server_prefix_cache_hit_rate").filter(|r| *r >= PREFIX_HIT_LIMIT) {
+        if !decode_only {
+            out.push(format!(
+                "server_prefix_cache_hit_rate = {rate}: prefix-cache hits served most of the prompt \
+                 tokens, so prefill (TTFT, input throughput) was mostly not measured"
+            ));
+        }
+    }
+    if let Some(rate) = get("server_spec_acceptance_rate").filter(|r| *r < SPEC_ACCEPT_FLOOR) {
+        out.push(format!(
+            "server_spec_acceptance_rate = {rate}: speculative decoding accepted almost no drafted \
+             tokens (prompts that defeat the drafter)"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn metrics(v: Json) -> Map<String, Json> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn each_problem_names_its_metric_and_value() {
+        let m = metrics(json!({
+            "server_preemptions": 3.0, "server_running_peak": 8.0, "server_scrapes": 5.0,
+            "gpu_throttle_reasons": "gpu0:sw_power_cap", "server_prefix_cache_hit_rate": 0.9,
+            "server_spec_acceptance_rate": 0.01,
+        }));
+        let p = problems(&m, Some(16.0));
+        assert_eq!(p.len(), 5, "{p:#?}");
+        assert!(p[0].starts_with("server_preemptions = 3"), "{p:#?}");
+        assert!(
+            p[1].starts_with("server_running_peak = 8 < concurrency 16"),
+            "{p:#?}"
+        );
+        assert!(p[2].contains("gpu0:sw_power_cap"), "{p:#?}");
+        assert!(p[3].starts_with("server_prefix_cache_hit_rate = 0.9"), "{p:#?}");
+        assert!(p[4].starts_with("server_spec_acceptance_rate = 0.01"), "{p:#?}");
+    }
+
+    #[test]
+    fn healthy_points_short_points_and_decode_tests_pass() {
+        let m = metrics(json!({
+            "server_preemptions": 0.0, "server_running_peak": 2.0, "server_scrapes": 2.0,
+            "server_prefix_cache_hit_rate": 0.99, "server_spec_acceptance_rate": 0.6,
+            "workload_note": "decode-throughput test: every request sends the same prompt",
+        }));
+        assert!(problems(&m, Some(16.0)).is_empty());
+    }
+}
