@@ -351,12 +351,12 @@ async fn run_attempt(
         )
         .await
     };
-    let concurrency = point.values.get("concurrency").and_then(|c| c.as_f64());
+    let claims = crate::telemetry::validity::Claims::of(&point.values);
     let records = async {
         while let Some(made) = arrived.recv().await {
             match made {
                 Made::Record(mut metrics) => {
-                    watch.annotate(&mut mark, &mut metrics, concurrency).await;
+                    watch.annotate(&mut mark, &mut metrics, claims).await;
                     ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None);
                 }
                 Made::Unreadable { number, text, why } => {

@@ -13,10 +13,29 @@ pub const SPEC_ACCEPT_FLOOR: f64 = 0.05;
 /// point seen only before and after would look idle.
 pub const MIN_SCRAPES_FOR_PEAK: f64 = 4.0;
 
+/// What a point says of itself: the requests it sends at once, and whether it measures prefill
+/// (its sweep varies `input_len`, as long-context sweeps do).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Claims {
+    pub concurrency: Option<f64>,
+    pub measures_prefill: bool,
+}
+
+impl Claims {
+    /// From the point's matrix values (`concurrency`, `input_len`).
+    pub fn of(point: &crate::point::Values) -> Claims {
+        Claims {
+            concurrency: point.get("concurrency").and_then(Json::as_f64),
+            measures_prefill: point.contains_key("input_len"),
+        }
+    }
+}
+
 /// The problems the telemetry in `m` (a record's metrics, telemetry merged) shows for a point
-/// run at `concurrency` requests.
-pub fn problems(m: &Map<String, Json>, concurrency: Option<f64>) -> Vec<String> {
+/// that claims `claims`; the record's own `max_concurrency` wins over the matrix's.
+pub fn problems(m: &Map<String, Json>, claims: Claims) -> Vec<String> {
     let get = |name: &str| m.get(name).and_then(Json::as_f64);
+    let concurrency = get("max_concurrency").or(claims.concurrency);
     let mut out = Vec::new();
     if let Some(n) = get("server_preemptions").filter(|n| *n > 0.0) {
         out.push(format!(
@@ -49,6 +68,7 @@ pub fn problems(m: &Map<String, Json>, concurrency: Option<f64>) -> Vec<String> 
         .get("workload_note")
         .and_then(Json::as_str)
         .is_some_and(|n| n.starts_with("decode-throughput test"));
+    let decode_only = decode_only || !claims.measures_prefill;
     if let Some(rate) = get("server_prefix_cache_hit_rate").filter(|r| *r >= PREFIX_HIT_LIMIT) {
         if !decode_only {
             out.push(format!(
@@ -83,7 +103,11 @@ mod tests {
             "gpu_throttle_reasons": "gpu0:sw_power_cap", "server_prefix_cache_hit_rate": 0.9,
             "server_spec_acceptance_rate": 0.01,
         }));
-        let p = problems(&m, Some(16.0));
+        let claims = Claims {
+            concurrency: Some(16.0),
+            measures_prefill: true,
+        };
+        let p = problems(&m, claims);
         assert_eq!(p.len(), 5, "{p:#?}");
         assert!(p[0].starts_with("server_preemptions = 3"), "{p:#?}");
         assert!(
@@ -102,6 +126,15 @@ mod tests {
             "server_prefix_cache_hit_rate": 0.99, "server_spec_acceptance_rate": 0.6,
             "workload_note": "decode-throughput test: every request sends the same prompt",
         }));
-        assert!(problems(&m, Some(16.0)).is_empty());
+        let claims = Claims {
+            concurrency: Some(16.0),
+            measures_prefill: true,
+        };
+        assert!(problems(&m, claims).is_empty());
+        let catid = metrics(json!({"server_prefix_cache_hit_rate": 0.99}));
+        assert!(
+            problems(&catid, Claims::default()).is_empty(),
+            "a sweep of one input length measures decode"
+        );
     }
 }

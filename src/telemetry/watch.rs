@@ -169,7 +169,7 @@ impl Watch {
     /// Adds the telemetry of a record's window to its metrics (the benchmark's steady-state
     /// window when it reports one, else since the point started or its previous record), and
     /// the problems it shows; metrics the command reported itself are left as they are.
-    pub async fn annotate(&self, mark: &mut Mark, metrics: &mut Map<String, Json>, concurrency: Option<f64>) {
+    pub async fn annotate(&self, mark: &mut Mark, metrics: &mut Map<String, Json>, claims: validity::Claims) {
         let now = unix_now();
         let mut found = Map::new();
         if let Ok(gpu) = &self.gpu {
@@ -198,11 +198,7 @@ impl Watch {
         for (name, value) in found {
             metrics.entry(name).or_insert(value);
         }
-        let concurrency = metrics
-            .get("max_concurrency")
-            .and_then(Json::as_f64)
-            .or(concurrency);
-        let problems = validity::problems(metrics, concurrency);
+        let problems = validity::problems(metrics, claims);
         if !problems.is_empty() {
             crate::steps::record_line::mark_invalid(metrics, problems);
         }
