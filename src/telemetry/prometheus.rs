@@ -2,11 +2,14 @@
 //! samples by name, labels kept, comments and `# TYPE` lines skipped. Small and strict about
 //! what it reads (a line it cannot read is named, not guessed at); no crate in the tree does it.
 
+/// A sample's labels, in the order written.
+pub type Labels = Vec<(String, String)>;
+
 /// One sample line: `name{labels} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub name: String,
-    pub labels: Vec<(String, String)>,
+    pub labels: Labels,
     pub value: f64,
 }
 
@@ -71,7 +74,7 @@ fn sample(line: &str) -> Result<Sample, String> {
 }
 
 /// `a="x",b="y\"z"}` → the labels and what follows the closing brace.
-fn labels(mut text: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn labels(mut text: &str) -> Result<(Labels, &str), String> {
     let mut out = Vec::new();
     loop {
         text = text.trim_start_matches([' ', ',']);
