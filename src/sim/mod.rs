@@ -6,7 +6,9 @@ mod api;
 mod connections;
 mod engine;
 mod http;
+mod metrics;
 mod perf;
+mod power;
 mod predict;
 mod prefix_cache;
 mod profile;
@@ -61,6 +63,10 @@ pub struct SimArgs {
     /// (under vLLM and SGLang) does after its keep-alive timeout.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub idle_timeout: Option<Duration>,
+    /// Whose Prometheus names `/metrics` uses for the sim's state (running, waiting, KV cache,
+    /// preemptions, prefix-cache hits).
+    #[arg(long, value_enum, default_value_t = metrics::Names::Vllm)]
+    pub metrics_names: metrics::Names,
 }
 
 /// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
@@ -84,7 +90,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
         after_response: args.close_after_response,
         when_idle: args.idle_timeout,
     };
-    serve(&profile, &args.host, args.port, closing)
+    serve(&profile, (&args.host, args.port), closing, args.metrics_names)
         .await
         .map(|()| Exit::Ok)
 }
@@ -126,7 +132,12 @@ fn print_predictions(
 }
 
 /// Binds, announces the address on stderr, and serves.
-async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> anyhow::Result<()> {
+async fn serve(
+    profile: &Profile,
+    (host, port): (&str, u16),
+    closing: Closing,
+    names: metrics::Names,
+) -> anyhow::Result<()> {
     // Each stream holds a socket, and hosts often default to 1024 open files, fewer than C=1024
     // clients need: the soft limit goes up to the hard one (best effort, serving goes on without).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -135,7 +146,7 @@ async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> an
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let address = listener.local_addr()?;
     let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
-    let app = http::router(Arc::new(http::AppState::new(profile, engine)));
+    let app = http::router(Arc::new(http::AppState::new(profile, engine, names)));
     eprintln!(
         "rigrun sim: serving {} on http://{address} (profile {})",
         profile.model, profile.name

@@ -49,8 +49,8 @@ pub struct HostCtx {
     /// What is left to do on the host: in a resumed run, which sweep points run as which
     /// attempt (everything, as attempt 1, in a new run).
     pub work: Arc<crate::resume::HostWork>,
-    /// The host's facts found nvidia-smi working, so sweeps sample its GPUs.
-    pub nvidia_smi: bool,
+    /// Where sweeps read the host's GPU telemetry (see `crate::telemetry`).
+    pub gpu_source: crate::telemetry::GpuSource,
 }
 
 /// What a step reports when it ends.

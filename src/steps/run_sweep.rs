@@ -82,7 +82,7 @@ async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostV
         .and_then(|u| u.as_str())
         .map(str::to_string);
     let sources = Sources {
-        nvidia_smi: ctx.nvidia_smi,
+        gpu: ctx.gpu_source.clone(),
         server_url,
     };
     // Never attached to by a resumed run: the sampler is started anew.

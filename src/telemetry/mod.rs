@@ -1,9 +1,10 @@
 //! Telemetry per sweep point: the host's GPUs (nvidia-smi's query mode in a loop on the host,
-//! `gpu.rs`) and the inference server's own counters (its Prometheus `/metrics` through the SSH
+//! `gpu.rs`, or a DCGM exporter the inventory names, `dcgm.rs`) and the inference server's own counters (its Prometheus `/metrics` through the SSH
 //! forward: `prometheus.rs` reads the text, `server.rs` knows vLLM's, SGLang's and llama.cpp's
 //! names), watched while a sweep runs (`watch.rs`), folded into each record's metrics
 //! (`summary.rs`, energy per output token) and judged (`validity.rs`).
 
+pub mod dcgm;
 pub mod gpu;
 pub mod prometheus;
 pub mod server;
@@ -11,7 +12,7 @@ pub mod summary;
 pub mod validity;
 mod watch;
 
-pub use watch::{Mark, Sources, Watch};
+pub use watch::{GpuSource, Mark, Sources, Watch};
 
 /// `x` rounded to `digits` decimals as JSON (an integer for 0 digits), null when not finite.
 pub fn number(x: f64, digits: i32) -> serde_json::Value {

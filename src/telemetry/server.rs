@@ -59,6 +59,8 @@ pub const NAMES: &[(Quantity, &str)] = &[
     (Quantity::Waiting, "llamacpp:requests_deferred"),
     (Quantity::Preemptions, "vllm:num_preemptions_total"),
     (Quantity::Preemptions, "vllm:num_preemptions"),
+    // SGLang retracts requests when its KV cache runs out, as vLLM preempts them.
+    (Quantity::Preemptions, "sglang:num_retracted_requests_total"),
     (Quantity::Retracted, "sglang:num_retracted_reqs"),
     (Quantity::KvUsage, "vllm:kv_cache_usage_perc"),
     (Quantity::KvUsage, "vllm:gpu_cache_usage_perc"),

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::server::{self, Scrape};
 use super::summary::{self, Window};
-use super::{gpu, prometheus, unix_now, validity};
+use super::{dcgm, gpu, prometheus, unix_now, validity};
 use crate::events::{Event, EventSender};
 use crate::transport::{line_text, HttpEndpoint, Job, JobEnd, Output, Stream, Transport};
 
@@ -26,10 +26,18 @@ const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 /// The longest a scrape may take before it counts as failed.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Where a host's GPU telemetry comes from: the inventory's `dcgm_exporter` when it names one,
+/// else nvidia-smi when the host's facts found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSource {
+    NvidiaSmi,
+    Dcgm(String),
+    Absent,
+}
+
 /// What a sweep can watch on its host.
 pub struct Sources {
-    /// The host's facts found nvidia-smi.
-    pub nvidia_smi: bool,
+    pub gpu: GpuSource,
     /// The server's URL as the host sees it (verify-server's `url`).
     pub server_url: Option<String>,
 }
@@ -70,6 +78,8 @@ struct GpuLog {
 }
 
 struct Gpu {
+    /// `nvidia-smi`, or the exporter's URL.
+    source: String,
     log: Arc<Mutex<GpuLog>>,
     task: JoinHandle<()>,
 }
@@ -119,9 +129,10 @@ impl Watch {
             step: step.to_string(),
             events,
         };
-        let gpu = match sources.nvidia_smi {
-            true => start_gpu(transport.clone(), teller.clone(), job, samples_log),
-            false => Err("absent: the host has no nvidia-smi".to_string()),
+        let gpu = match sources.gpu {
+            GpuSource::NvidiaSmi => start_gpu(transport.clone(), teller.clone(), job, samples_log),
+            GpuSource::Dcgm(url) => start_dcgm(&transport, &teller, url).await,
+            GpuSource::Absent => Err("absent: the host has no nvidia-smi (and no dcgm_exporter)".to_string()),
         };
         let server = match sources.server_url {
             Some(url) => start_server(&transport, &teller, url).await,
@@ -139,7 +150,7 @@ impl Watch {
                     .lock()
                     .map(|l| (l.unreadable, l.ended.clone(), l.stderr.clone()));
                 let (unreadable, ended, stderr) = log.unwrap_or_default();
-                json!({"source": "nvidia-smi", "interval_ms": gpu::INTERVAL_MS,
+                json!({"source": g.source, "interval_ms": gpu::INTERVAL_MS,
                        "unreadable_lines": unreadable, "ended": ended, "stderr": stderr})
             }
             Err(why) => json!(why),
@@ -313,7 +324,60 @@ fn start_gpu(
             stderr.map(|s| format!(": {s}")).unwrap_or_default()
         ));
     });
-    Ok(Gpu { log, task })
+    Ok(Gpu {
+        source: "nvidia-smi".into(),
+        log,
+        task,
+    })
+}
+
+/// Reads the DCGM exporter at `url` once, then as often as nvidia-smi would sample; a URL that
+/// does not answer with DCGM fields is said (the inventory names it, so it was wanted).
+async fn start_dcgm(transport: &Transport, teller: &Teller, url: String) -> Result<Gpu, String> {
+    let first = async {
+        let endpoint = transport
+            .http_endpoint(&url)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let (scrape, _) = fetch_url(&endpoint, &url).await?;
+        match dcgm::samples(unix_now(), &scrape).is_empty() {
+            true => Err("its reply has no DCGM_FI_DEV_* fields".to_string()),
+            false => Ok(endpoint),
+        }
+    };
+    let endpoint = first.await.map_err(|why| {
+        teller.warn(format!(
+            "the inventory's dcgm_exporter {url} cannot be read ({why}); the sweep has no GPU \
+             telemetry (fix the URL, as the host sees it, or remove the key to use nvidia-smi)"
+        ));
+        format!("none: dcgm_exporter {url}: {why}")
+    })?;
+    let log = Arc::new(Mutex::new(GpuLog::default()));
+    let task = tokio::spawn(dcgm_loop(endpoint, url.clone(), log.clone()));
+    Ok(Gpu {
+        source: url,
+        log,
+        task,
+    })
+}
+
+/// Scrapes the exporter for as long as the sweep runs (a failed scrape counted as unreadable).
+async fn dcgm_loop(endpoint: HttpEndpoint, url: String, log: Arc<Mutex<GpuLog>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(u64::from(gpu::INTERVAL_MS)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let scraped = fetch_url(&endpoint, &url).await;
+        let Ok(mut log) = log.lock() else { return };
+        match scraped {
+            // Stamped here: the host's clock is taken to agree with this machine's (NTP).
+            Ok((scrape, _)) => log.samples.extend(dcgm::samples(unix_now(), &scrape)),
+            Err(why) => {
+                log.unreadable += 1;
+                log.stderr = Some(why);
+            }
+        }
+    }
 }
 
 /// One line from the sampler: a sample, or said (the first unreadable one; the rest counted).
@@ -432,11 +496,15 @@ fn base(endpoint: &HttpEndpoint) -> &str {
 
 /// `GET /metrics`: its samples and unreadable lines, or why there were none.
 async fn fetch(endpoint: &HttpEndpoint) -> Result<(Vec<prometheus::Sample>, Vec<String>), String> {
-    let url = format!("{}/metrics", base(endpoint));
-    let sent = endpoint
-        .client
-        .send(|c| c.get(&url).timeout(SCRAPE_TIMEOUT))
-        .await;
+    fetch_url(endpoint, &format!("{}/metrics", base(endpoint))).await
+}
+
+/// `GET url` on `endpoint`, read as Prometheus text.
+async fn fetch_url(
+    endpoint: &HttpEndpoint,
+    url: &str,
+) -> Result<(Vec<prometheus::Sample>, Vec<String>), String> {
+    let sent = endpoint.client.send(|c| c.get(url).timeout(SCRAPE_TIMEOUT)).await;
     let reply = sent
         .result
         .map_err(|e| format!("{url}: {}", crate::http::explain(&e)))?;

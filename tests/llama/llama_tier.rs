@@ -455,7 +455,7 @@ fn telemetry_reads_the_real_servers_metrics_per_point_and_its_deltas_match_the_r
     let details = &manifest(&run_dir)["hosts"]["cpu"]["steps"][1]["details"]["telemetry"];
     assert_eq!(details["server"]["server"], "llama.cpp", "{details:#}");
     assert_eq!(
-        details["gpu"], "absent: the host has no nvidia-smi",
+        details["gpu"], "absent: the host has no nvidia-smi (and no dcgm_exporter)",
         "{details:#}"
     );
     let samples = run_dir.join("hosts/cpu/02-run-sweep/002-concurrency=2.telemetry.jsonl");
