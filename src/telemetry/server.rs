@@ -165,37 +165,48 @@ pub fn summarize(scrapes: &[Scrape]) -> Map<String, Json> {
         let v: Vec<f64> = scrapes.iter().filter_map(|s| s.values.get(&q).copied()).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
-    let mut put = |name: &str, value: Option<f64>| {
-        if let Some(v) = value {
-            m.insert(name.into(), super::number(v, 4));
-        }
-    };
-    put("server_scrapes", Some(scrapes.len() as f64));
-    put("server_running_peak", peak(Quantity::Running));
-    put("server_waiting_peak", peak(Quantity::Waiting));
-    put("server_kv_cache_usage_peak", peak(Quantity::KvUsage));
-    put("server_preemptions", delta(Quantity::Preemptions));
-    put("server_retracted_peak", peak(Quantity::Retracted));
-    put("server_prompt_tokens", delta(Quantity::PromptTokens));
-    put("server_generation_tokens", delta(Quantity::GenerationTokens));
     let hits = ratio(delta(Quantity::PrefixHits), delta(Quantity::PrefixQueries));
-    put(
-        "server_prefix_cache_hit_rate",
-        hits.or_else(|| mean(Quantity::PrefixHitRate)),
-    );
     let drafted = delta(Quantity::SpecDraftTokens);
     let accepted = delta(Quantity::SpecAcceptedTokens);
-    put(
-        "server_spec_acceptance_rate",
-        ratio(accepted, drafted).or_else(|| mean(Quantity::SpecAcceptRate)),
-    );
     // vLLM's mean acceptance length counts the token each step makes anyway.
     let length = ratio(accepted, delta(Quantity::SpecDrafts)).map(|r| r + 1.0);
-    put(
-        "server_spec_accepted_length",
-        length.or_else(|| mean(Quantity::SpecAcceptLength)),
-    );
-    put("server_spec_draft_tokens", drafted);
+    // Counts are whole numbers (servers print them as floats); ratios keep 4 decimals.
+    let (count, rate) = (0, 4);
+    let metrics = [
+        ("server_scrapes", Some(scrapes.len() as f64), count),
+        ("server_running_peak", peak(Quantity::Running), count),
+        ("server_waiting_peak", peak(Quantity::Waiting), count),
+        ("server_kv_cache_usage_peak", peak(Quantity::KvUsage), rate),
+        ("server_preemptions", delta(Quantity::Preemptions), count),
+        ("server_retracted_peak", peak(Quantity::Retracted), count),
+        ("server_prompt_tokens", delta(Quantity::PromptTokens), count),
+        (
+            "server_generation_tokens",
+            delta(Quantity::GenerationTokens),
+            count,
+        ),
+        (
+            "server_prefix_cache_hit_rate",
+            hits.or_else(|| mean(Quantity::PrefixHitRate)),
+            rate,
+        ),
+        (
+            "server_spec_acceptance_rate",
+            ratio(accepted, drafted).or_else(|| mean(Quantity::SpecAcceptRate)),
+            rate,
+        ),
+        (
+            "server_spec_accepted_length",
+            length.or_else(|| mean(Quantity::SpecAcceptLength)),
+            rate,
+        ),
+        ("server_spec_draft_tokens", drafted, count),
+    ];
+    for (name, value, digits) in metrics {
+        if let Some(v) = value {
+            m.insert(name.into(), super::number(v, digits));
+        }
+    }
     m
 }
 
@@ -240,13 +251,13 @@ mod tests {
              vllm:spec_decode_num_accepted_tokens_total 170\nvllm:kv_cache_usage_perc 0.2\n",
         );
         let m = summarize(&[before, during, after]);
-        assert_eq!(m["server_running_peak"], json!(12.0));
+        assert_eq!(m["server_running_peak"], json!(12));
         assert_eq!(m["server_kv_cache_usage_peak"], json!(0.97));
-        assert_eq!(m["server_preemptions"], json!(3.0));
+        assert_eq!(m["server_preemptions"], json!(3));
         assert_eq!(m["server_prefix_cache_hit_rate"], json!(0.75));
         assert_eq!(m["server_spec_acceptance_rate"], json!(0.5));
         assert_eq!(m["server_spec_accepted_length"], json!(2.5));
-        assert_eq!(m["server_scrapes"], json!(3.0));
+        assert_eq!(m["server_scrapes"], json!(3));
     }
 
     #[test]
@@ -262,7 +273,7 @@ mod tests {
              sglang:prompt_tokens_total 10\n",
         );
         let m = summarize(&[a, b]);
-        assert_eq!(m["server_running_peak"], json!(8.0));
+        assert_eq!(m["server_running_peak"], json!(8));
         assert_eq!(m["server_prefix_cache_hit_rate"], json!(0.6));
         assert_eq!(m["server_spec_accepted_length"], json!(1.3));
         assert!(
