@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 REPEAT=${REPEAT:-3}
 IDLE=${IDLE:-20}
 LEVELS=${LEVELS:-1,4,16,64}
+OUTPUT_LEN=${OUTPUT_LEN:-64}
 DURATION=${DURATION:-5s}
 WORK=${WORK:-$(mktemp -d /tmp/rigrun-telemetry.XXXXXX)}
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -28,7 +29,7 @@ TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet
 RIGRUN=$(realpath "$TARGET/release/rigrun")
 mkdir -p "$WORK/bin"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # The stand-in: the facts' query, and the query loop for 8 GPUs at the asked interval.
 cat > "$WORK/bin/nvidia-smi" <<'SH'
@@ -64,30 +65,44 @@ def cmdline(pid):
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-def cpu(ticks):
-    return sum(ticks) / tick
+def cpu(pid):
+    """CPU seconds of a live process: its threads' on-CPU time (schedstat, in ns, finer than the
+    10 ms ticks of stat) and its reaped children's (ticks)."""
+    ns = 0
+    for task in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        with open(task) as f:
+            ns += int(f.read().split()[0])
+    return ns / 1e9 + sum(stat(pid)[0][2:]) / tick
 # The sim itself (argv: .../rigrun sim ...), not the shells that started it.
-sim = [p for p in pids() if cmdline(p).split(" ")[:2][-1:] == ["sim"] and cmdline(p).split(" ")[0].endswith("rigrun")]
-sim_before = cpu(stat(sim[0])[0]) if sim else 0.0
+def started(pid):
+    try:
+        return stat(pid)[2]
+    except (OSError, IndexError):
+        return -1
+sims = [p for p in pids() if cmdline(p).split(" ")[:2][-1:] == ["sim"] and cmdline(p).split(" ")[0].endswith("rigrun")]
+# The newest one alive: the previous run's may still be on its way out.
+sim = sorted((p for p in sims if started(p) >= 0), key=started)[-1:]
+sim_before = cpu(sim[0]) if sim else 0.0
 time.sleep(idle)
-out = {"idle_s": idle, "sim_cpu_s": round(cpu(stat(sim[0])[0]) - sim_before, 4) if sim else None}
+out = {"idle_s": idle, "sim_cpu_s": round(cpu(sim[0]) - sim_before, 6) if sim else None}
 jobs = sorted(glob.glob(f"{workdir}/.rigrun/jobs/*/*/*-gpu-*.pid"), key=os.path.getmtime)
 if jobs:
     group = int(open(jobs[-1]).read().split()[0])
     job, stand_in = 0.0, 0.0
     for p in pids():
         try:
-            ticks, pgrp, _ = stat(p)
+            if stat(p)[1] != group:
+                continue
+            used = cpu(p)
         except (OSError, IndexError):
             continue
-        if pgrp == group:
-            if "nvidia-smi" in cmdline(p):
-                stand_in += cpu(ticks)
-            else:
-                job += cpu(ticks)
+        if "nvidia-smi" in cmdline(p):
+            stand_in += used
+        else:
+            job += used
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
-    out.update(sampler_job_cpu_s=round(job, 4), stand_in_cpu_s=round(stand_in, 4),
+    out.update(sampler_job_cpu_s=round(job, 6), stand_in_cpu_s=round(stand_in, 6),
                sampled_s=round(uptime - stat(group)[2] / tick, 3))
 print(json.dumps(out))
 PY
@@ -102,8 +117,8 @@ playbook() {  # $1 name, $2 with telemetry (1/0), $3 the sweep's matrix and comm
   {
     echo "name: $1"
     echo "steps:"
-    echo "  - start-server: {command: \"{{ rigrun }} sim --profile tiny --port $PORT\", url: \"http://127.0.0.1:$PORT\"}"
-    [ "$2" = 1 ] && echo "  - verify-server: {url: \"http://127.0.0.1:$PORT\"}"
+    echo "  - start-server: {command: \"{{ rigrun }} sim --profile tiny --port {{ port }}\", url: \"http://127.0.0.1:{{ port }}\"}"
+    [ "$2" = 1 ] && echo "  - verify-server: {url: \"http://127.0.0.1:{{ port }}\"}"
     echo "  - run-sweep:"
     echo "$3"
   } > "$WORK/$1.yaml"
@@ -111,14 +126,15 @@ playbook() {  # $1 name, $2 with telemetry (1/0), $3 the sweep's matrix and comm
 IDLE_SWEEP="      matrix: {i: [1]}
       command: python3 $WORK/measure.py $IDLE $WORK/host"
 LOAD_SWEEP="      matrix: {concurrency: [$LEVELS]}
-      command: \"{{ rigrun }} bench --url http://127.0.0.1:$PORT --concurrency {{ concurrency }} --duration $DURATION --input-len 256 --output-len 256\""
+      command: \"{{ rigrun }} bench --url http://127.0.0.1:{{ port }} --concurrency {{ concurrency }} --duration $DURATION --input-len 256 --output-len $OUTPUT_LEN\""
 playbook idle-off 0 "$IDLE_SWEEP"; playbook idle-on 1 "$IDLE_SWEEP"
 playbook load-off 0 "$LOAD_SWEEP"; playbook load-on 1 "$LOAD_SWEEP"
 
 run() {  # $1 playbook, $2 PATH; prints rigrun's own CPU seconds on fd 3
-  rm -rf "$WORK/runs"
+  rm -rf "$WORK/runs" "$WORK/host/.rigrun/jobs"   # measure.py finds this run's sampler there
+  # A port of its own: the last run's server may still be on its way out.
   PATH="$2" /usr/bin/time -f '%U %S' -o "$WORK/time" "$RIGRUN" run "$WORK/$1.yaml" -i "$WORK/hosts.yaml" \
-    --runs-dir "$WORK/runs" -q > "$WORK/$1.out" 2>&1 || { cat "$WORK/$1.out"; exit 1; }
+    -e "port=$(free_port)" --runs-dir "$WORK/runs" -q > "$WORK/$1.out" 2>&1 || { cat "$WORK/$1.out"; exit 1; }
   cp "$WORK"/runs/*/records.jsonl "$WORK/$1.$3.records.jsonl"
   awk '{print $1 + $2}' "$WORK/time" > "$WORK/$1.$3.cpu"
   cat "$WORK"/runs/*/events.jsonl | python3 -c '

@@ -27,8 +27,11 @@ pub struct GpuModel {
     pub sm_clock_mhz: f64,
 }
 
-/// The DCGM fields served, their help text and how each follows the load (0..1).
-const FIELDS: &[(&str, &str, fn(&GpuModel, f64) -> f64)] = &[
+/// A field's value for a card at a load (0..1).
+type Field = fn(&GpuModel, f64) -> f64;
+
+/// The DCGM fields served, their help text and how each follows the load.
+const FIELDS: &[(&str, &str, Field)] = &[
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |g, load| {
         g.idle_power_w + (g.power_limit_w - g.idle_power_w) * load
     }),
