@@ -9,6 +9,9 @@ pub const PREFIX_HIT_LIMIT: f64 = 0.5;
 /// Speculative decoding accepting less than this share of drafted tokens: the prompts defeat
 /// the drafter, and the throughput is that of a server paying for drafts it throws away.
 pub const SPEC_ACCEPT_FLOOR: f64 = 0.05;
+/// A mean accepted length (the step's own token counted) below this, where the server gives no
+/// acceptance rate (older SGLang): the same as an acceptance near zero.
+pub const SPEC_LENGTH_FLOOR: f64 = 1.05;
 /// The fewest scrapes inside a point before its peak of running requests is judged: a short
 /// point seen only before and after would look idle.
 pub const MIN_SCRAPES_FOR_PEAK: f64 = 4.0;
@@ -77,11 +80,20 @@ pub fn problems(m: &Map<String, Json>, claims: Claims) -> Vec<String> {
             ));
         }
     }
-    if let Some(rate) = get("server_spec_acceptance_rate").filter(|r| *r < SPEC_ACCEPT_FLOOR) {
-        out.push(format!(
+    match (
+        get("server_spec_acceptance_rate"),
+        get("server_spec_accepted_length"),
+    ) {
+        (Some(rate), _) if rate < SPEC_ACCEPT_FLOOR => out.push(format!(
             "server_spec_acceptance_rate = {rate}: speculative decoding accepted almost no drafted \
              tokens (prompts that defeat the drafter)"
-        ));
+        )),
+        // 0 is what a server without speculative decoding reports.
+        (None, Some(length)) if length > 0.0 && length < SPEC_LENGTH_FLOOR => out.push(format!(
+            "server_spec_accepted_length = {length}: speculative decoding accepted almost no drafted \
+             tokens (prompts that defeat the drafter)"
+        )),
+        _ => {}
     }
     out
 }
@@ -131,6 +143,13 @@ mod tests {
             measures_prefill: true,
         };
         assert!(problems(&m, claims).is_empty());
+        let sglang = metrics(json!({"server_spec_accepted_length": 1.01}));
+        assert!(problems(&sglang, claims)[0].starts_with("server_spec_accepted_length = 1.01"));
+        let off = metrics(json!({"server_spec_accepted_length": 0.0}));
+        assert!(
+            problems(&off, claims).is_empty(),
+            "no speculative decoding, nothing to judge"
+        );
         let catid = metrics(json!({"server_prefix_cache_hit_rate": 0.99}));
         assert!(
             problems(&catid, Claims::default()).is_empty(),
