@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a playbook on its hosts, show live progress, print the results table; or go on with
     /// an interrupted or failed run (`--resume RUN_DIR`). Sweeps record each host's GPU
-    /// telemetry (nvidia-smi) and its server's /metrics per point: power, J per output token,
+    /// telemetry (nvidia-smi, or a DCGM exporter) and its server's /metrics per point: power, J per output token,
     /// preemptions, throttling (see README, "Telemetry").
     Run(RunArgs),
     /// Validate the playbook and inventory without connecting to any host.
