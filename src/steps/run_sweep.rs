@@ -74,7 +74,8 @@ pub async fn run(
 }
 
 /// Starts watching the host for the sweep: its GPUs (nvidia-smi in a loop, one job, its raw
-/// output in `gpu-samples.log` of the step's folder) and the server at verify-server's `url`.
+/// output in `gpu-samples.log` of the step's folder, or the inventory's DCGM exporter) and the
+/// server at verify-server's `url` (every scrape in `server-scrapes.jsonl` there).
 async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostVars) -> Watch {
     let server_url = vars
         .get("server")
@@ -88,14 +89,7 @@ async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostV
     // Never attached to by a resumed run: the sampler is started anew.
     let job = format!("s{:02}-gpu-{}", step.index + 1, &new_marker()[9..17]);
     let who = (ctx.host.as_str(), step.name.as_str(), ctx.events.clone());
-    Watch::start(
-        ctx.transport.clone(),
-        who,
-        job,
-        &dir.join("gpu-samples.log"),
-        sources,
-    )
-    .await
+    Watch::start(ctx.transport.clone(), who, job, dir, sources).await
 }
 
 /// How a point ended: run now (`fresh`) or kept from an earlier attempt.

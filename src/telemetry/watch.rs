@@ -89,6 +89,7 @@ struct Server {
     url: String,
     endpoint: Arc<HttpEndpoint>,
     scrapes: Arc<Mutex<Vec<Scrape>>>,
+    log: Arc<ScrapeLog>,
     failures: Arc<Mutex<u64>>,
     task: JoinHandle<()>,
 }
@@ -114,16 +115,18 @@ impl Drop for Watch {
 }
 
 impl Watch {
-    /// Starts what `sources` offers: the GPU sampler as job `job` (its raw output in
-    /// `samples_log`) and the server's scraper once its `/metrics` answered with names rigrun
-    /// knows. What is not watched, and why, is in [`Watch::details`].
+    /// Starts what `sources` offers: the GPU sampler as job `job` (its raw output in the step's
+    /// folder `dir`, `gpu-samples.log`) and the server's scraper once its `/metrics` answered
+    /// with names rigrun knows (every scrape in `server-scrapes.jsonl` there). What is not
+    /// watched, and why, is in [`Watch::details`].
     pub async fn start(
         transport: Arc<Transport>,
         (host, step, events): (&str, &str, EventSender),
         job: String,
-        samples_log: &Path,
+        dir: &Path,
         sources: Sources,
     ) -> Watch {
+        let samples_log = &dir.join("gpu-samples.log");
         let teller = Teller {
             host: host.to_string(),
             step: step.to_string(),
@@ -135,7 +138,15 @@ impl Watch {
             GpuSource::Absent => Err("absent: the host has no nvidia-smi (and no dcgm_exporter)".to_string()),
         };
         let server = match sources.server_url {
-            Some(url) => start_server(&transport, &teller, url).await,
+            Some(url) => start_server(&transport, &teller, url, dir)
+                .await
+                .inspect_err(|why| {
+                    teller.warn(format!(
+                        "no server telemetry ({}); the records carry no server metrics (rigrun reads \
+                     vLLM's, SGLang's and llama.cpp's /metrics; llama-server needs --metrics)",
+                        why.trim_start_matches("none: ")
+                    ))
+                }),
             None => Err("none: no verify-server step before the sweep gave a server URL".into()),
         };
         Watch { teller, gpu, server }
@@ -407,7 +418,12 @@ fn gpu_line(log: &Mutex<GpuLog>, teller: &Teller, stream: Stream, line: &str) {
 }
 
 /// Reads the server's `/metrics` once; watches it when the names are a known server's.
-async fn start_server(transport: &Transport, teller: &Teller, url: String) -> Result<Server, String> {
+async fn start_server(
+    transport: &Transport,
+    teller: &Teller,
+    url: String,
+    dir: &Path,
+) -> Result<Server, String> {
     let endpoint = Arc::new(
         transport
             .http_endpoint(&url)
@@ -422,14 +438,23 @@ async fn start_server(transport: &Transport, teller: &Teller, url: String) -> Re
         ));
     };
     report_unreadable(teller, &endpoint, &samples.1);
+    let log = Arc::new(ScrapeLog::create(
+        &dir.join("server-scrapes.jsonl"),
+        teller.clone(),
+    ));
     let scrapes = Arc::new(Mutex::new(Vec::new()));
     let failures = Arc::new(Mutex::new(0));
-    let task = tokio::spawn(scrape_loop(endpoint.clone(), scrapes.clone(), failures.clone()));
+    let task = tokio::spawn(scrape_loop(
+        endpoint.clone(),
+        (scrapes.clone(), log.clone()),
+        failures.clone(),
+    ));
     Ok(Server {
         name,
         url,
         endpoint,
         scrapes,
+        log,
         failures,
         task,
     })
@@ -438,7 +463,7 @@ async fn start_server(transport: &Transport, teller: &Teller, url: String) -> Re
 /// Once a second for as long as the sweep runs: a scrape kept (a failed one counted).
 async fn scrape_loop(
     endpoint: Arc<HttpEndpoint>,
-    scrapes: Arc<Mutex<Vec<Scrape>>>,
+    (scrapes, log): (Arc<Mutex<Vec<Scrape>>>, Arc<ScrapeLog>),
     failures: Arc<Mutex<u64>>,
 ) {
     let mut tick = tokio::time::interval(SCRAPE_EVERY);
@@ -448,6 +473,7 @@ async fn scrape_loop(
         match fetch(&endpoint).await {
             Ok((samples, _)) => {
                 let scrape = server::read(unix_now(), &samples);
+                log.keep(&scrape);
                 if let Ok(mut s) = scrapes.lock() {
                     s.push(scrape);
                 }
@@ -467,7 +493,9 @@ impl Server {
         match fetch(&self.endpoint).await {
             Ok((samples, unreadable)) => {
                 report_unreadable(teller, &self.endpoint, &unreadable);
-                Some(server::read(unix_now(), &samples))
+                let scrape = server::read(unix_now(), &samples);
+                self.log.keep(&scrape);
+                Some(scrape)
             }
             Err(_) => {
                 if let Ok(mut n) = self.failures.lock() {
@@ -475,6 +503,48 @@ impl Server {
                 }
                 None
             }
+        }
+    }
+}
+
+/// Every scrape of the sweep, one JSON line each (`server-scrapes.jsonl`), whichever point it
+/// falls in: the points' files keep theirs, this keeps them all. A file that cannot be
+/// written is said once and given up.
+struct ScrapeLog {
+    file: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
+    path: std::path::PathBuf,
+    teller: Teller,
+}
+
+impl ScrapeLog {
+    fn create(path: &Path, teller: Teller) -> ScrapeLog {
+        let file = std::fs::File::create(path).map(std::io::BufWriter::new);
+        if let Err(e) = &file {
+            teller.warn(format!(
+                "cannot create {}: {e}; scrapes are kept per point only",
+                path.display()
+            ));
+        }
+        ScrapeLog {
+            file: Mutex::new(file.ok()),
+            path: path.to_path_buf(),
+            teller,
+        }
+    }
+
+    fn keep(&self, scrape: &Scrape) {
+        let Ok(mut file) = self.file.lock() else { return };
+        let Some(w) = file.as_mut() else { return };
+        let written = serde_json::to_writer(&mut *w, scrape)
+            .map_err(std::io::Error::from)
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush());
+        if let Err(e) = written {
+            *file = None;
+            self.teller.warn(format!(
+                "cannot write {}: {e}; scrapes are kept per point only from here",
+                self.path.display()
+            ));
         }
     }
 }

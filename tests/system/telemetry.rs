@@ -125,6 +125,13 @@ fn telemetry_gpu_samples_through_ssh_are_clipped_to_each_window_and_judge_the_ce
         assert!(gpu.iter().all(|l| l["sample"]["power_w"] != 999.0), "{body}");
         assert!(lines.iter().any(|l| l["source"] == "server"), "{body}");
     }
+    // Every scrape is kept for the sweep, those of each point among them.
+    let scrapes = std::fs::read_to_string(step_dir.join("server-scrapes.jsonl")).unwrap();
+    let in_points: f64 = measured
+        .iter()
+        .map(|r| r["metrics"]["server_scrapes"].as_f64().unwrap())
+        .sum();
+    assert!(scrapes.lines().count() as f64 >= in_points, "{scrapes}");
     let raw = std::fs::read_to_string(step_dir.join("gpu-samples.log")).unwrap();
     assert!(
         raw.contains("999.00"),
