@@ -172,3 +172,60 @@ fn telemetry_the_demo_shows_energy_per_output_token_for_both_hosts() {
     }
     assert!(html.contains("data-chart=\"power\"") && html.contains("data-chart=\"utilisation\""));
 }
+
+#[test]
+fn telemetry_a_server_without_metrics_is_said_once_and_the_sweep_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A plain file server that lists a model and has no /metrics.
+    std::fs::create_dir_all(dir.join("site/v1")).unwrap();
+    std::fs::write(
+        dir.join("site/v1/models"),
+        r#"{"object": "list", "data": [{"id": "m", "object": "model"}]}"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let inventory = format!(
+        "hosts:\n  h:\n    connection: local\n    workdir: {}\n    vars: {{port: {port}, site: {}}}\n",
+        dir.join("w").display(),
+        dir.join("site").display()
+    );
+    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    let playbook = r#"
+name: no-metrics
+steps:
+  - start-server:
+      command: "python3 -m http.server {{ port }} --bind 127.0.0.1 --directory {{ site }}"
+      url: "http://127.0.0.1:{{ port }}"
+  - verify-server: {url: "http://127.0.0.1:{{ port }}"}
+  - run-sweep:
+      matrix: {concurrency: [1, 2]}
+      command: "echo '{\"output_throughput\": {{ concurrency }}}'"
+"#;
+    std::fs::write(dir.join("p.yaml"), playbook).unwrap();
+    let out = run_rigrun(dir, &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let run_dir = only_run_dir(&dir.join("runs"));
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let said: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "warning" && e["message"].to_string().contains("no server telemetry"))
+        .collect();
+    assert_eq!(said.len(), 1, "once for the sweep, not per point: {said:#?}");
+    let message = said[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("HTTP 404") && message.contains("/metrics"),
+        "{message}"
+    );
+    assert!(stderr.contains(message), "shown: {stderr}");
+    let recs = records(&run_dir);
+    let sweep: Vec<&Value> = recs.iter().filter(|r| r["step"] == "run-sweep").collect();
+    assert_eq!(sweep.len(), 2, "{recs:#?}");
+    for r in sweep {
+        assert_eq!(r["status"], "ok", "{r}");
+        let names: Vec<&String> = r["metrics"].as_object().unwrap().keys().collect();
+        assert_eq!(names, ["output_throughput"], "nothing added: {r}");
+    }
+}
