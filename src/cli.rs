@@ -27,7 +27,9 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a playbook on its hosts, show live progress, print the results table; or go on with
-    /// an interrupted or failed run (`--resume RUN_DIR`).
+    /// an interrupted or failed run (`--resume RUN_DIR`). Sweeps record each host's GPU
+    /// telemetry (nvidia-smi, or a DCGM exporter) and its server's /metrics per point: power, J per output token,
+    /// preemptions, throttling (see README, "Telemetry").
     Run(RunArgs),
     /// Validate the playbook and inventory without connecting to any host.
     Check(ConfigArgs),
@@ -143,7 +145,8 @@ pub struct ShowArgs {
     pub run_dir: PathBuf,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
-    /// The metric shown in the cells (default: output_throughput, or the first numeric one).
+    /// The metric shown in the cells (default: output_throughput, or the first numeric one),
+    /// or one of telemetry's, e.g. output_tokens_per_joule or gpu_power_mean_w.
     #[arg(long)]
     pub metric: Option<String>,
     /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...
@@ -160,7 +163,8 @@ pub struct ComparisonArgs {
     /// One run directory (hosts side by side) or several (the same hosts across runs).
     #[arg(required = true)]
     pub run_dirs: Vec<PathBuf>,
-    /// The metric of the tables (default: output_throughput, or the first numeric one).
+    /// The metric of the tables (default: output_throughput, or the first numeric one),
+    /// or one of telemetry's, e.g. output_tokens_per_joule or gpu_power_mean_w.
     #[arg(long)]
     pub metric: Option<String>,
     /// The host the ratio columns divide by (default: the first host).

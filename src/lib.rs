@@ -20,6 +20,7 @@ pub mod resume;
 pub mod sim;
 pub mod steps;
 pub mod store;
+pub mod telemetry;
 pub mod transport;
 
 #[doc(hidden)]

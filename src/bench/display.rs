@@ -188,6 +188,7 @@ mod tests {
             peak: 4,
             mean_in_flight: Some(3.9),
             steady: Some((100.0, 1.5)),
+            steady_at: None,
             ttft: Some(stats),
             tpot: None,
             itl: None,

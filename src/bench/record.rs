@@ -45,6 +45,8 @@ pub struct Summary {
     pub mean_in_flight: Option<f64>,
     /// Output tokens per second while all C streams ran, and for how long that was.
     pub steady: Option<(f64, f64)>,
+    /// Where that window lies, as Unix seconds (start, end) on the host's clock.
+    pub steady_at: Option<(f64, f64)>,
     pub ttft: Option<Stats>,
     pub tpot: Option<Stats>,
     pub itl: Option<Stats>,
@@ -73,6 +75,7 @@ impl Summary {
             c.throughput_in(w).map(|tps| (tps, seconds))
         });
         let mean_in_flight = window.and_then(|w| c.mean_in_flight(w));
+        let steady_at = steady.and(window).map(|w| (c.unix_at(w.0), c.unix_at(w.1)));
         let cores_used = result.cpu.as_secs_f64() / result.cpu_wall.as_secs_f64().max(1e-9);
         let cores = sys::cores();
         let evidence = Evidence {
@@ -101,6 +104,7 @@ impl Summary {
             peak,
             mean_in_flight,
             steady,
+            steady_at,
             ttft: c.ttft.stats(),
             tpot: c.tpot.stats(),
             itl: c.itl.stats(),
@@ -214,6 +218,10 @@ impl Summary {
             "steady_state_duration".into(),
             self.steady.map_or(Value::Null, |(_, s)| round(s, 4)),
         );
+        if let Some((start, end)) = self.steady_at {
+            m.insert("steady_state_start_unix".into(), round(start, 3));
+            m.insert("steady_state_end_unix".into(), round(end, 3));
+        }
         if let Some(good) = self.good {
             m.insert("good_requests".into(), good.into());
             m.insert("goodput".into(), round(self.per_second(good), 4));

@@ -47,6 +47,10 @@ pub struct HostSpec {
     /// before the host stops it by itself; [`DEFAULT_LEASE`] when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Dur>,
+    /// A DCGM exporter's `/metrics` URL as the host sees it (`http://127.0.0.1:9400/metrics`):
+    /// sweeps read the GPUs' telemetry there instead of running nvidia-smi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcgm_exporter: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]

@@ -121,10 +121,37 @@ fn check_leases(config: &Config) -> Vec<ConfigError> {
         .collect()
 }
 
+/// `dcgm_exporter:` must be an http(s) URL with a host, as the host sees the exporter.
+fn check_dcgm_exporters(config: &Config) -> Vec<ConfigError> {
+    let bad = |url: &str| {
+        reqwest::Url::parse(url)
+            .map(|u| !matches!(u.scheme(), "http" | "https") || u.host_str().is_none())
+            .unwrap_or(true)
+    };
+    config
+        .inventory
+        .hosts
+        .iter()
+        .filter(|(_, spec)| spec.value.dcgm_exporter.as_deref().is_some_and(bad))
+        .map(|(name, spec)| {
+            ConfigError::at(
+                &config.inventory_path,
+                &config.inventory_text,
+                &spec.referenced,
+                format!(
+                    "host `{name}`: `dcgm_exporter:` must be the exporter's URL as the host sees it, \
+                     like http://127.0.0.1:9400/metrics"
+                ),
+            )
+        })
+        .collect()
+}
+
 fn check_groups(config: &Config) -> Vec<ConfigError> {
     let inv = &config.inventory;
     let mut errors = check_host_names(config);
     errors.extend(check_leases(config));
+    errors.extend(check_dcgm_exporters(config));
     for members in inv.groups.values() {
         for member in members.iter().filter(|m| !inv.hosts.contains_key(&m.value)) {
             let names: Vec<&str> = inv.hosts.keys().map(String::as_str).collect();

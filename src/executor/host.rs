@@ -14,6 +14,7 @@ use crate::plan;
 use crate::resume::HostWork;
 use crate::steps::{self, HostCtx};
 use crate::store::RunDir;
+use crate::telemetry::GpuSource;
 use crate::transport::Transport;
 
 /// Everything one host's task needs.
@@ -94,6 +95,7 @@ impl HostJob {
             home,
             servers: Vec::new(),
             work: self.work.clone(),
+            gpu_source: gpu_source(spec, &facts),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
@@ -196,4 +198,13 @@ fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) 
 async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
     let out = transport.probe_login(crate::facts::COMMAND).await?;
     crate::facts::parse(&out).map_err(anyhow::Error::msg)
+}
+
+/// The inventory's DCGM exporter when it names one, else nvidia-smi when the facts found it.
+fn gpu_source(spec: &crate::config::HostSpec, facts: &crate::facts::HostFacts) -> GpuSource {
+    match (&spec.dcgm_exporter, facts.nvidia_smi.as_deref()) {
+        (Some(url), _) => GpuSource::Dcgm(url.clone()),
+        (None, Some("present")) => GpuSource::NvidiaSmi,
+        (None, _) => GpuSource::Absent,
+    }
 }

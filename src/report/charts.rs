@@ -80,7 +80,56 @@ pub fn for_step(runs: &[Run], step_index: usize, step: &str) -> (Vec<Chart>, Vec
             Err(why) => left_out.push(why),
         }
     }
+    // Telemetry's charts appear where a run has telemetry; runs without it show as before.
+    for (kind, title, metric, unit) in TELEMETRY {
+        if samples.iter().any(|s| s.metric(metric).is_some()) {
+            match telemetry(&samples, &mut colors, (kind, title, metric, unit)) {
+                Ok(chart) => charts.push(chart),
+                Err(why) => left_out.push(why),
+            }
+        }
+    }
     (charts, left_out)
+}
+
+/// The telemetry charts against concurrency: kind, title, metric, unit.
+const TELEMETRY: [(&str, &str, &str, &str); 3] = [
+    (
+        "power",
+        "GPU power by concurrency (mean over the window, all GPUs)",
+        "gpu_power_mean_w",
+        "W",
+    ),
+    (
+        "utilisation",
+        "GPU utilisation by concurrency (mean over the window)",
+        "gpu_util_mean_pct",
+        "%",
+    ),
+    (
+        "energy",
+        "Energy per output token by concurrency",
+        "joules_per_output_token",
+        "J/token",
+    ),
+];
+
+fn telemetry(
+    samples: &[Sample],
+    colors: &mut Colors,
+    (kind, title, metric, unit): (&'static str, &str, &str, &str),
+) -> Result<Chart, String> {
+    let series = by_concurrency(samples, colors, metric, unit, "");
+    needs_two_levels(&series, &format!("{kind} chart"))?;
+    Ok(Chart {
+        kind,
+        title: title.into(),
+        x_label: "concurrency (log2 scale)".into(),
+        y_label: format!("{metric} ({unit})"),
+        x_scale: Scale::Log2,
+        series,
+        limits: Vec::new(),
+    })
 }
 
 /// Every limit of the runs' SLOs, once (runs judged by different limits show each).

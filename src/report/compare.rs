@@ -35,13 +35,14 @@ pub fn parse_tolerance(text: &str) -> Result<f64, String> {
 }
 
 /// Whether a smaller value of `metric` is better: latencies and durations (vLLM's names end in
-/// `_ms`), failures. Everything else (throughputs, completed requests) is better larger.
+/// `_ms`), failures, energy per unit of work (`joules_per_output_token`). Everything else
+/// (throughputs, completed requests, tokens per joule) is better larger.
 pub fn lower_is_better(metric: &str) -> bool {
     let m = metric.to_ascii_lowercase();
     m.ends_with("_ms")
         || m.ends_with("_s")
         || m.ends_with("_seconds")
-        || ["ttft", "tpot", "itl", "e2el", "latency"]
+        || ["ttft", "tpot", "itl", "e2el", "latency", "joules_per"]
             .iter()
             .any(|k| m.contains(k))
         || ["duration", "failed", "errors"].contains(&m.as_str())
@@ -331,6 +332,7 @@ mod tests {
         assert_eq!(change(90.0, 100.0, 5.0, l).text(), "-10.0% improvement");
         assert!(lower_is_better("duration") && lower_is_better("mean_e2el_ms"));
         assert!(!lower_is_better("request_throughput") && !lower_is_better("completed"));
+        assert!(lower_is_better("joules_per_output_token") && !lower_is_better("output_tokens_per_joule"));
     }
 
     /// A repeated point's cell: the summary of `values`.

@@ -2,7 +2,6 @@
 //! delivers them.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +17,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use super::api::{self, ApiError, ChunkWriter, Generation, ResponseMeta, ServedModel, Usage};
 use super::engine::{Engine, Sink};
 use super::jitter::Jitter;
+use super::metrics::Names;
+use super::power::GpuModel;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
 use super::scheduler::{JobSpec, Progress};
@@ -32,6 +33,11 @@ pub struct AppState {
     natural_length: (u32, u32),
     prefix_block_tokens: Option<u32>,
     engine: Engine,
+    /// Whose names `/metrics` uses, and the cache size its KV usage is a share of.
+    names: Names,
+    kv_capacity: u64,
+    /// The simulated GPUs behind `/dcgm-exporter/metrics`.
+    gpu: Option<GpuModel>,
     /// Source of response ids.
     next_id: AtomicU64,
     /// `--jitter`: each request's delay before it reaches the engine.
@@ -39,8 +45,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State for serving `profile` with `engine`, each request delayed by `jitter` if given.
-    pub fn new(profile: &Profile, engine: Engine, jitter: Option<Jitter>) -> Self {
+    /// State for serving `profile` with `engine`, `/metrics` under `names`' names, each request
+    /// delayed by `jitter` if given.
+    pub fn new(profile: &Profile, engine: Engine, names: Names, jitter: Option<Jitter>) -> Self {
         let created = unix_time();
         Self {
             served: ServedModel {
@@ -52,6 +59,9 @@ impl AppState {
             natural_length: profile.natural_length,
             prefix_block_tokens: profile.prefix_block_tokens,
             engine,
+            names,
+            kv_capacity: profile.limits.kv_capacity,
+            gpu: profile.gpu.clone(),
             next_id: AtomicU64::new(mix(created)),
             jitter,
         }
@@ -84,6 +94,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/metrics", get(metrics))
+        .route("/dcgm-exporter/metrics", get(dcgm))
         .route("/version", get(version))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -121,39 +132,27 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     }
 }
 
-/// Prometheus text with vLLM's metric names, so tools that read vLLM's `/metrics` work.
+/// Prometheus text with vLLM's or SGLang's metric names (`--metrics-names`), so tools that
+/// read either server's `/metrics` work.
 async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    let s = app.engine.stats();
-    let label = format!(
-        "{{model_name={}}}",
-        serde_json::Value::from(app.served.id.as_str())
-    );
-    let mut text = String::new();
-    for (name, kind, value) in [
-        ("vllm:num_requests_running", "gauge", s.running as u64),
-        ("vllm:num_requests_waiting", "gauge", s.waiting as u64),
-        ("rigrun_sim:kv_cache_used_tokens", "gauge", s.kv_used_tokens),
-        ("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total),
-        (
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            s.prompt_tokens_total,
-        ),
-        (
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            s.cached_prompt_tokens_total,
-        ),
-        (
-            "vllm:generation_tokens_total",
-            "counter",
-            s.generation_tokens_total,
-        ),
-        ("vllm:request_success_total", "counter", s.requests_finished_total),
-    ] {
-        let _ = writeln!(text, "# TYPE {name} {kind}\n{name}{label} {value}");
-    }
+    let state = super::metrics::State {
+        stats: app.engine.stats(),
+        kv_capacity: app.kv_capacity,
+    };
+    let text = super::metrics::exposition(app.names, &state, &app.served.id);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// The profile's simulated GPUs in the DCGM exporter's format (404 for a profile without).
+async fn dcgm(State(app): State<Arc<AppState>>) -> Response {
+    match &app.gpu {
+        Some(gpu) => {
+            let text = gpu.exposition(app.engine.stats().running);
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
+        None => ApiError::not_found("this profile has no gpu: section, so no simulated GPU telemetry")
+            .into_response(),
+    }
 }
 
 /// Runs a parsed request that arrived at `arrived`, or returns its error.

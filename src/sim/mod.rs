@@ -7,7 +7,9 @@ mod connections;
 mod engine;
 mod http;
 mod jitter;
+mod metrics;
 mod perf;
+mod power;
 mod predict;
 mod prefix_cache;
 mod profile;
@@ -63,6 +65,10 @@ pub struct SimArgs {
     /// (under vLLM and SGLang) does after its keep-alive timeout.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub idle_timeout: Option<Duration>,
+    /// Whose Prometheus names `/metrics` uses for the sim's state (running, waiting, KV cache,
+    /// preemptions, prefix-cache hits).
+    #[arg(long, value_enum, default_value_t = metrics::Names::Vllm)]
+    pub metrics_names: metrics::Names,
     /// Delay each request by a random time before it reaches the engine, uniform between 0 and
     /// twice this mean (e.g. 20ms): run-to-run noise of a known size, for checking repeated
     /// measurements and the statistics on them.
@@ -94,8 +100,12 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
         after_response: args.close_after_response,
         when_idle: args.idle_timeout,
     };
-    let jitter = args.jitter.map(|mean| Jitter::new(mean, args.seed));
-    serve(&profile, &args.host, args.port, closing, jitter)
+    let serving = Serving {
+        closing,
+        names: args.metrics_names,
+        jitter: args.jitter.map(|mean| Jitter::new(mean, args.seed)),
+    };
+    serve(&profile, (&args.host, args.port), serving)
         .await
         .map(|()| Exit::Ok)
 }
@@ -136,14 +146,18 @@ fn print_predictions(
     Ok(())
 }
 
-/// Binds, announces the address on stderr, and serves.
-async fn serve(
-    profile: &Profile,
-    host: &str,
-    port: u16,
+/// How the sim serves, beyond its profile.
+struct Serving {
+    /// When connections close early.
     closing: Closing,
+    /// Whose names `/metrics` uses.
+    names: metrics::Names,
+    /// `--jitter`: each request's delay before the engine.
     jitter: Option<Jitter>,
-) -> anyhow::Result<()> {
+}
+
+/// Binds, announces the address on stderr, and serves.
+async fn serve(profile: &Profile, (host, port): (&str, u16), serving: Serving) -> anyhow::Result<()> {
     // Each stream holds a socket, and hosts often default to 1024 open files, fewer than C=1024
     // clients need: the soft limit goes up to the hard one (best effort, serving goes on without).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -152,13 +166,14 @@ async fn serve(
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let address = listener.local_addr()?;
     let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
-    let app = http::router(Arc::new(http::AppState::new(profile, engine, jitter)));
+    let state = http::AppState::new(profile, engine, serving.names, serving.jitter);
+    let app = http::router(Arc::new(state));
     eprintln!(
         "rigrun sim: serving {} on http://{address} (profile {})",
         profile.model, profile.name
     );
     tokio::select! {
-        () = connections::serve(listener, app, closing) => Ok(()),
+        () = connections::serve(listener, app, serving.closing) => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }

@@ -10,8 +10,9 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::perf::{PerfModel, Table};
+use super::power::GpuModel;
 use super::prefix_cache::PrefixCache;
-use super::scheduler::{Limits, Scheduler};
+use super::scheduler::{KvPolicy, Limits, Scheduler};
 
 /// Built-in profiles: name and YAML source.
 const BUILTIN: [(&str, &str); 3] = [
@@ -37,11 +38,17 @@ struct ProfileFile {
     max_model_len: Spanned<u32>,
     max_running_requests: Spanned<u32>,
     kv_capacity_tokens: Spanned<u64>,
+    /// `reserve` (default) or `on_demand` (as vLLM: may preempt); see `scheduler.rs`.
+    #[serde(default)]
+    kv_policy: KvPolicy,
     prefill: PrefillFile,
     decode: DecodeFile,
     #[serde(default)]
     prefix_cache: PrefixCacheFile,
     natural_length: Spanned<LengthFile>,
+    /// The simulated cards, for DCGM-format telemetry (optional; see `power.rs`).
+    #[serde(default)]
+    gpu: Option<Spanned<GpuModel>>,
 }
 
 /// `prefill:` section.
@@ -114,6 +121,8 @@ pub struct Profile {
     pub prefix_block_tokens: Option<u32>,
     /// Where a request ends on its own without `ignore_eos`: `[min, max]` tokens.
     pub natural_length: (u32, u32),
+    /// The simulated GPUs, when the profile has a `gpu:` section.
+    pub gpu: Option<GpuModel>,
 }
 
 /// Why a profile could not be loaded.
@@ -253,6 +262,9 @@ impl ProfileFile {
         check(min >= 1 && min <= max, natural.referenced, || {
             format!("natural_length: needs 1 <= min <= max, got min {min}, max {max}")
         })?;
+        if let Some(gpu) = &self.gpu {
+            gpu.value.check().map_err(|e| (gpu.referenced, e))?;
+        }
         let perf = PerfModel {
             batch_ms: table(self.decode.batch_ms, "decode.batch_ms")?,
             attention_ms: table(self.decode.attention_ms, "decode.attention_ms")?,
@@ -265,6 +277,7 @@ impl ProfileFile {
             description: self.description,
             max_model_len: max_len.value,
             limits: Limits {
+                kv_policy: self.kv_policy,
                 max_running: running.value as usize,
                 kv_capacity: kv.value,
                 chunk_tokens: chunk.value,
@@ -272,6 +285,7 @@ impl ProfileFile {
             perf,
             prefix_block_tokens: self.prefix_cache.enabled.then_some(block.value),
             natural_length: (min, max),
+            gpu: self.gpu.map(|g| g.value),
         })
     }
 }

@@ -2,8 +2,11 @@
 //!
 //! - Admission is strict FIFO: the head of the queue starts when the batch has fewer than
 //!   `max_running` sequences and the KV cache has room for its reservation.
-//! - KV policy: a request **reserves prompt + max_tokens** tokens when admitted and frees them
-//!   when it ends, so a running request never has to be preempted.
+//! - KV policy ([`KvPolicy`]): by default a request **reserves prompt + max_tokens** tokens when
+//!   admitted and frees them when it ends, so a running request never has to be preempted; with
+//!   `on_demand` (as vLLM) it holds its prompt and the tokens made so far, and when a step's new
+//!   tokens do not fit, the request admitted last is preempted (counted): its KV is freed and it
+//!   goes back to the head of the queue, to recompute prompt and output so far.
 //! - Each step computes one token for every decoding request and up to `chunk_tokens` prompt
 //!   tokens (chunked prefill, oldest requests first); the step that completes a prompt also
 //!   produces the request's first output token.
@@ -38,9 +41,19 @@ impl JobSpec {
     }
 }
 
+/// How the KV cache is handed out (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvPolicy {
+    #[default]
+    Reserve,
+    OnDemand,
+}
+
 /// Batch limits of a server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    pub kv_policy: KvPolicy,
     /// Most sequences in a batch.
     pub max_running: usize,
     /// KV cache size in tokens.
@@ -70,6 +83,8 @@ pub struct Stats {
     pub cached_prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
     pub requests_finished_total: u64,
+    /// Requests preempted because the KV cache ran out (`on_demand` only).
+    pub preemptions_total: u64,
 }
 
 /// A submitted request that can never fit in the KV cache.
@@ -155,7 +170,7 @@ impl<S> Scheduler<S> {
         self.running.retain(|job| {
             let keep = !gone(&job.sink);
             if !keep {
-                freed += job.spec.reservation();
+                freed += held(self.limits.kv_policy, job);
             }
             keep
         });
@@ -166,6 +181,7 @@ impl<S> Scheduler<S> {
     /// step's duration in nanoseconds, or `None` when there is nothing to run.
     pub fn plan_step(&mut self) -> Option<u64> {
         self.admit();
+        self.make_room();
         let mut budget = self.limits.chunk_tokens.max(1);
         let (mut sequences, mut attended, mut prefill) = (0usize, 0u64, 0u64);
         for job in &mut self.running {
@@ -189,7 +205,7 @@ impl<S> Scheduler<S> {
     /// token to `deliver` and retires the finished ones.
     pub fn finish_step(&mut self, mut deliver: impl FnMut(&S, Progress)) {
         let (mut freed, mut finished, mut tokens) = (0, 0, 0);
-        let cache = &mut self.cache;
+        let (cache, policy) = (&mut self.cache, self.limits.kv_policy);
         self.running.retain_mut(|job| {
             if job.prefill_now > 0 {
                 job.prefill_left -= job.prefill_now;
@@ -215,11 +231,14 @@ impl<S> Scheduler<S> {
                 },
             );
             if done {
-                freed += job.spec.reservation();
+                freed += held(policy, job);
                 finished += 1;
             }
             !done
         });
+        if policy == KvPolicy::OnDemand {
+            self.kv_used += tokens;
+        }
         self.kv_used -= freed;
         self.stats.generation_tokens_total += tokens;
         self.stats.requests_finished_total += finished;
@@ -231,14 +250,32 @@ impl<S> Scheduler<S> {
             let Some(head) = self.waiting.front() else {
                 break;
             };
-            if self.kv_used + head.spec.reservation() > self.limits.kv_capacity {
+            let needs = held(self.limits.kv_policy, head);
+            if self.kv_used + needs > self.limits.kv_capacity {
                 break;
             }
             let Some(job) = self.waiting.pop_front() else {
                 break;
             };
-            self.kv_used += job.spec.reservation();
+            self.kv_used += needs;
             self.running.push(job);
+        }
+    }
+
+    /// `on_demand`: preempts the requests admitted last until every running request's next
+    /// token fits (the oldest one always runs: its reservation fits the cache alone).
+    fn make_room(&mut self) {
+        if self.limits.kv_policy != KvPolicy::OnDemand {
+            return;
+        }
+        while self.running.len() > 1 && self.kv_used + self.running.len() as u64 > self.limits.kv_capacity {
+            let Some(mut job) = self.running.pop() else { break };
+            self.kv_used -= held(KvPolicy::OnDemand, &job);
+            job.prefill_left = job.spec.prompt_tokens.max(1) + job.generated;
+            job.prefill_now = 0;
+            job.looked_up = true;
+            self.stats.preemptions_total += 1;
+            self.waiting.push_front(job);
         }
     }
 
@@ -250,6 +287,14 @@ impl<S> Scheduler<S> {
             kv_used_tokens: self.kv_used,
             ..self.stats
         }
+    }
+}
+
+/// The KV cache tokens `job` holds under `policy` (or needs to be admitted).
+fn held<S>(policy: KvPolicy, job: &Job<S>) -> u64 {
+    match policy {
+        KvPolicy::Reserve => job.spec.reservation(),
+        KvPolicy::OnDemand => u64::from(job.spec.prompt_tokens) + u64::from(job.generated),
     }
 }
 
@@ -279,6 +324,7 @@ mod tests {
             prefill_tokens_per_second: 1e6,
         };
         let limits = Limits {
+            kv_policy: KvPolicy::Reserve,
             max_running,
             kv_capacity,
             chunk_tokens: chunk,
@@ -481,5 +527,26 @@ mod tests {
         step(&mut s);
         s.cancel_where(|&id| id == 1);
         assert_eq!((s.stats().running, s.stats().kv_used_tokens), (1, 40));
+    }
+
+    #[test]
+    fn on_demand_kv_preempts_the_latest_request_and_recomputes_it() {
+        let mut s = scheduler(8, 50, 100);
+        s.limits.kv_policy = KvPolicy::OnDemand;
+        // Both prompts fit (2 x 20), their outputs (2 x 20 more) do not: 90 > 50.
+        s.submit(spec(20, 20), 1).unwrap();
+        s.submit(spec(20, 20), 2).unwrap();
+        let mut delivered = std::collections::HashMap::new();
+        while !s.is_idle() {
+            let (d, out) = step(&mut s);
+            assert!(d.is_some());
+            assert!(s.stats().kv_used_tokens <= 50, "{:?}", s.stats());
+            for (id, p) in out {
+                delivered.insert(id, p.generated);
+            }
+        }
+        assert!(s.stats().preemptions_total >= 1, "{:?}", s.stats());
+        assert_eq!(delivered, [(1, 20), (2, 20)].into_iter().collect());
+        assert_eq!(s.stats().kv_used_tokens, 0);
     }
 }

@@ -49,6 +49,8 @@ pub struct HostCtx {
     /// What is left to do on the host: in a resumed run, which sweep points run as which
     /// attempt (everything, as attempt 1, in a new run).
     pub work: Arc<crate::resume::HostWork>,
+    /// Where sweeps read the host's GPU telemetry (see `crate::telemetry`).
+    pub gpu_source: crate::telemetry::GpuSource,
 }
 
 /// What a step reports when it ends.
@@ -174,7 +176,7 @@ async fn dispatch(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Res
     match &step.action {
         Action::VerifyServer(plan) => verify_server::run(ctx, plan).await,
         Action::CopyScript(plan) => copy_script::run(ctx, step, plan, vars).await,
-        Action::RunSweep(plan) => run_sweep::run(ctx, step, plan).await,
+        Action::RunSweep(plan) => run_sweep::run(ctx, step, plan, vars).await,
         Action::FetchResults(plan) => fetch_results::run(ctx, step, plan).await,
         Action::Shell(plan) => shell::run(ctx, step, plan).await,
         Action::StartServer(plan) => start_server::run(ctx, step, plan).await,

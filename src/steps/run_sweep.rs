@@ -5,6 +5,10 @@
 //! each point N times, in the plan's order (see `RunSweepPlan::runs`); each repetition has its
 //! own attempts, records, logs and job. A resumed run runs only the (point, repetition) pairs
 //! its host's work names (see `crate::resume`).
+//!
+//! While the sweep runs, its host is watched (`crate::telemetry`): its GPUs when it has
+//! nvidia-smi, and the server verify-server checked. Each record gets the telemetry of its
+//! window and the problems it shows; each point's samples go beside its logs.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -17,13 +21,22 @@ use super::record_line::{self, Line};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{Point, RunSweepPlan};
+use crate::config::HostVars;
 use crate::events::{Event, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
 use crate::resume::{Kept, PointWork};
 use crate::store::slug;
+use crate::telemetry::{Sources, Watch};
+use crate::transport::wrapper::new_marker;
 
-pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> Result<StepOutcome> {
+pub async fn run(
+    ctx: &mut HostCtx,
+    step: &PlannedStep,
+    plan: &RunSweepPlan,
+    vars: &HostVars,
+) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
+    let watch = start_watch(ctx, step, &dir, vars).await;
     let mut tally = Tally::default();
     for run in plan.runs() {
         let (n, repetition) = (run.point, run.repetition);
@@ -41,7 +54,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
                         repetition,
                         first: attempt,
                     };
-                    run_point(ctx, step, plan, point, at).await?
+                    run_point(ctx, (step, &watch), plan, point, at).await?
                 }
             },
         };
@@ -55,7 +68,28 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &RunSweepPlan) -> 
             break;
         }
     }
-    Ok(tally.outcome(plan))
+    let mut outcome = tally.outcome(plan);
+    outcome.details["telemetry"] = watch.details();
+    Ok(outcome)
+}
+
+/// Starts watching the host for the sweep: its GPUs (nvidia-smi in a loop, one job, its raw
+/// output in `gpu-samples.log` of the step's folder, or the inventory's DCGM exporter) and the
+/// server at verify-server's `url` (every scrape in `server-scrapes.jsonl` there).
+async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostVars) -> Watch {
+    let server_url = vars
+        .get("server")
+        .and_then(|s| s.get("url"))
+        .and_then(|u| u.as_str())
+        .map(str::to_string);
+    let sources = Sources {
+        gpu: ctx.gpu_source.clone(),
+        server_url,
+    };
+    // Never attached to by a resumed run: the sampler is started anew.
+    let job = format!("s{:02}-gpu-{}", step.index + 1, &new_marker()[9..17]);
+    let who = (ctx.host.as_str(), step.name.as_str(), ctx.events.clone());
+    Watch::start(ctx.transport.clone(), who, job, dir, sources).await
 }
 
 /// How a point ended: run now (`fresh`) or kept from an earlier attempt.
@@ -187,7 +221,7 @@ impl Attempts<'_> {
 /// recorded failed, with its reason and what comes next.
 async fn run_point(
     ctx: &HostCtx,
-    step: &PlannedStep,
+    (step, watch): (&PlannedStep, &Watch),
     plan: &RunSweepPlan,
     point: &Point,
     at: Attempts<'_>,
@@ -207,7 +241,7 @@ async fn run_point(
         let this = (label.clone(), at.run(attempt));
         let job = at.job(step.index, attempt);
         let log_base = at.log_base(&label, attempt);
-        let ended = run_attempt(ctx, step, point, &log_base, &job, at.run(attempt)).await;
+        let ended = run_attempt(ctx, (step, watch), point, &log_base, &job, at.run(attempt)).await;
         let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) && !rerun_lost => {
                 rerun_lost = true;
@@ -251,20 +285,34 @@ async fn run_point(
     }
 }
 
+/// What a stdout line made, on its way to be recorded in order.
+enum Made {
+    Record(serde_json::Map<String, serde_json::Value>),
+    Unreadable {
+        number: usize,
+        text: String,
+        why: String,
+    },
+}
+
 /// One attempt at a point: its command run, every JSON-object line of its stdout recorded as
-/// made by `run` the moment it arrives. `run` is known before the command starts, so that the
-/// transport can key the command's job on the host by (run, step, point, repetition, attempt).
+/// made by `run` as it arrives (with the telemetry of its window: a scrape of the server, so
+/// milliseconds later). `run` is known before the command starts, so that the transport can key
+/// the command's job on the host by (run, step, point, repetition, attempt). The point's samples
+/// are written to `<log_base>.telemetry.jsonl` when it ends.
 async fn run_attempt(
     ctx: &HostCtx,
-    step: &PlannedStep,
+    (step, watch): (&PlannedStep, &Watch),
     point: &Point,
     log_base: &Path,
     job: &str,
     run: PointRun,
 ) -> Result<CommandEnd> {
     let label = point.label();
+    let mut mark = watch.point_started().await;
+    let (made, mut arrived) = tokio::sync::mpsc::unbounded_channel();
     let mut line_number = 0;
-    let mut on_stdout = |line: StdoutLine| {
+    let mut on_stdout = move |line: StdoutLine| {
         line_number += 1;
         let text = match line {
             StdoutLine::Text(text) => text,
@@ -273,26 +321,48 @@ async fn run_attempt(
             }
             StdoutLine::Overlong { .. } => "",
         };
-        match read_line(line) {
-            Line::Record(metrics) => ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None),
-            Line::Unreadable(why) => {
-                let at = (label.as_str(), run, line_number);
-                unreadable(ctx, step, &point.values, at, text, &why)
+        let _ = match read_line(line) {
+            Line::Record(metrics) => made.send(Made::Record(metrics)),
+            Line::Unreadable(why) => made.send(Made::Unreadable {
+                number: line_number,
+                text: text.to_string(),
+                why,
+            }),
+            Line::Log => Ok(()),
+        };
+    };
+    let shown = format!("{} {}", step.name, point.label());
+    let command = async move {
+        // `on_stdout` (and with it the channel's sender) ends with the command.
+        run_logged(
+            ctx,
+            job,
+            &point.command,
+            &shown,
+            log_base,
+            step.timeout,
+            &mut on_stdout,
+        )
+        .await
+    };
+    let claims = crate::telemetry::validity::Claims::of(&point.values);
+    let records = async {
+        while let Some(made) = arrived.recv().await {
+            match made {
+                Made::Record(mut metrics) => {
+                    watch.annotate(&mut mark, &mut metrics, claims).await;
+                    ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None);
+                }
+                Made::Unreadable { number, text, why } => {
+                    let at = (point.label(), run, number);
+                    unreadable(ctx, step, &point.values, (&at.0, at.1, at.2), &text, &why)
+                }
             }
-            Line::Log => {}
         }
     };
-    let shown = format!("{} {label}", step.name);
-    run_logged(
-        ctx,
-        job,
-        &point.command,
-        &shown,
-        log_base,
-        step.timeout,
-        &mut on_stdout,
-    )
-    .await
+    let (ended, ()) = tokio::join!(command, records);
+    watch.point_finished(&mark, &log_base.with_extension("telemetry.jsonl"));
+    ended
 }
 
 /// An attempt that failed: recorded with its exit code and stderr tail (when the command ran)

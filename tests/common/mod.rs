@@ -113,6 +113,18 @@ impl Sshd {
         Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name), &|c| c)
     }
 
+    /// Starts sshd inside `netns` with its sshd_config passed through `edit` first (e.g. a
+    /// `SetEnv PATH=...` that puts a stand-in tool on the host's PATH).
+    pub fn start_in_with(
+        dir: &Path,
+        name: &str,
+        key: &ClientKey,
+        netns: &Netns,
+        edit: &dyn Fn(String) -> String,
+    ) -> Sshd {
+        Sshd::start_at(dir, name, key, &netns.ns_ip, 22, Some(&netns.name), edit)
+    }
+
     fn start_at(
         dir: &Path,
         name: &str,

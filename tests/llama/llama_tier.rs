@@ -405,3 +405,63 @@ fn the_native_sweep_playbook_measures_the_real_server_through_sshd() {
         .count();
     assert_eq!(skipped, 7);
 }
+
+#[test]
+fn telemetry_reads_the_real_servers_metrics_per_point_and_its_deltas_match_the_requests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start_server(tmp.path());
+    local_inventory(tmp.path(), server.port);
+    std::fs::write(
+        tmp.path().join("sweep.yaml"),
+        "name: llama-telemetry\nsteps:\n  - verify-server: {url: \"{{ url }}\"}\n  - run-sweep:\n      \
+         matrix: {concurrency: [1, 2]}\n      command: \"{{ rigrun }} bench --url {{ url }} --concurrency \
+         {{ concurrency }} --input-len 128 --output-len 32 --num-requests 10\"\n",
+    )
+    .unwrap();
+    let before = counters(server.port);
+    let out = run_rigrun(tmp.path(), &["run", "sweep.yaml", "--runs-dir", "runs", "-q"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let after = counters(server.port);
+    let run_dir = only_run_dir(&tmp.path().join("runs"));
+    let recs = records(&run_dir);
+    let sweep: Vec<&Value> = recs.iter().filter(|r| r["step"] == "run-sweep").collect();
+    assert_eq!(sweep.len(), 2, "{recs:#?}");
+    let mut generated = 0.0;
+    for r in &sweep {
+        let m = &r["metrics"];
+        let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {m:#}"));
+        // What the server counted between the scrape before the point and the one at its
+        // record is exactly what the point asked for: its C warm-up requests and 10 measured.
+        let asked = f("warmup") + 10.0;
+        assert_eq!(f("server_generation_tokens"), asked * 32.0, "{m:#}");
+        assert_eq!(f("total_output_tokens"), 10.0 * 32.0, "{m:#}");
+        assert!(f("server_prompt_tokens") <= f("total_input_tokens"), "{m:#}");
+        assert!(f("server_scrapes") >= 2.0, "{m:#}");
+        let c = r["point"]["concurrency"].as_f64().unwrap();
+        assert!(f("server_running_peak") <= c, "{m:#}");
+        assert!(
+            m.get("server_preemptions").is_none(),
+            "llama.cpp does not count them: {m:#}"
+        );
+        assert_eq!(m["valid"], true, "{m:#}");
+        generated += f("server_generation_tokens");
+    }
+    let name = "llamacpp:tokens_predicted_total";
+    assert_eq!(
+        after[name] - before[name],
+        generated,
+        "the points' deltas add up to the server's"
+    );
+    let details = &manifest(&run_dir)["hosts"]["cpu"]["steps"][1]["details"]["telemetry"];
+    assert_eq!(details["server"]["server"], "llama.cpp", "{details:#}");
+    assert_eq!(
+        details["gpu"], "absent: the host has no nvidia-smi (and no dcgm_exporter)",
+        "{details:#}"
+    );
+    let samples = run_dir.join("hosts/cpu/02-run-sweep/002-concurrency=2.telemetry.jsonl");
+    let body = std::fs::read_to_string(&samples).unwrap();
+    assert!(
+        body.lines().all(|l| l.contains("\"source\":\"server\"")),
+        "{body}"
+    );
+}

@@ -360,3 +360,23 @@ fn a_plan_whose_templates_together_run_too_long_is_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_dcgm_exporter_that_is_not_a_url_is_refused_naming_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = "hosts:\n  gpu1:\n    connection: local\n    dcgm_exporter: 127.0.0.1:9400\n";
+    std::fs::write(dir.path().join("hosts.yaml"), inventory).unwrap();
+    std::fs::write(
+        dir.path().join("p.yaml"),
+        "name: p\nsteps:\n  - shell: {command: \"true\"}\n",
+    )
+    .unwrap();
+    let out = run_rigrun(dir.path(), &["check", "p.yaml"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("hosts.yaml:3:"), "{stderr}");
+    assert!(
+        stderr.contains("host `gpu1`: `dcgm_exporter:` must be the exporter's URL"),
+        "{stderr}"
+    );
+}

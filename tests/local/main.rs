@@ -28,3 +28,4 @@ mod shipped_playbooks;
 mod sim_http;
 mod sim_model;
 mod sim_profiles;
+mod telemetry;

@@ -1,0 +1,32 @@
+//! Telemetry per sweep point: the host's GPUs (nvidia-smi's query mode in a loop on the host,
+//! `gpu.rs`, or a DCGM exporter the inventory names, `dcgm.rs`) and the inference server's own counters (its Prometheus `/metrics` through the SSH
+//! forward: `prometheus.rs` reads the text, `server.rs` knows vLLM's, SGLang's and llama.cpp's
+//! names), watched while a sweep runs (`watch.rs`), folded into each record's metrics
+//! (`summary.rs`, energy per output token) and judged (`validity.rs`).
+
+pub mod dcgm;
+pub mod gpu;
+pub mod prometheus;
+pub mod server;
+pub mod summary;
+pub mod validity;
+mod watch;
+
+pub use watch::{GpuSource, Mark, Sources, Watch};
+
+/// `x` rounded to `digits` decimals as JSON (an integer for 0 digits), null when not finite.
+pub fn number(x: f64, digits: i32) -> serde_json::Value {
+    let scale = 10f64.powi(digits);
+    let rounded = (x * scale).round() / scale;
+    if digits == 0 && rounded.abs() < 9e15 {
+        return serde_json::Value::from(rounded as i64);
+    }
+    serde_json::Number::from_f64(rounded).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// Now, as Unix seconds on this machine's clock.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,182 @@
+//! A point's GPU samples folded into its record's metrics: power (mean and peak, summed over
+//! the host's GPUs), utilisation, memory, clocks, temperature, throttle reasons, and energy over
+//! the window with the energy per output token derived from it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value as Json};
+
+use super::gpu::{self, Sample};
+use super::number;
+
+/// The stretch of time a record's energy covers (Unix seconds on the host's clock), and what it
+/// is: the benchmark's steady-state window or the whole point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub start: f64,
+    pub end: f64,
+    pub steady: bool,
+}
+
+impl Window {
+    pub fn seconds(&self) -> f64 {
+        (self.end - self.start).max(0.0)
+    }
+
+    pub fn holds(&self, t: f64) -> bool {
+        t >= self.start && t <= self.end
+    }
+}
+
+/// The metrics of the samples inside `window` (none when no sample falls in it). Energy is the
+/// host's mean power times the window's length, so samples a little late to arrive do not
+/// shorten it.
+pub fn gpu_metrics(samples: &[Sample], window: Window, output_tokens: Option<f64>) -> Map<String, Json> {
+    let inside: Vec<&Sample> = samples.iter().filter(|s| window.holds(s.t)).collect();
+    let mut m = Map::new();
+    if inside.is_empty() {
+        return m;
+    }
+    let mut put = |name: &str, value: Option<f64>, digits: i32| {
+        if let Some(v) = value {
+            m.insert(name.into(), number(v, digits));
+        }
+    };
+    let power = host_power(&inside);
+    put("gpu_samples", Some(inside.len() as f64), 0);
+    put("gpu_power_mean_w", power.mean, 2);
+    put("gpu_power_peak_w", power.peak, 2);
+    put("gpu_util_mean_pct", mean(&inside, |s| s.util_pct), 2);
+    put("gpu_mem_util_mean_pct", mean(&inside, |s| s.mem_util_pct), 2);
+    put("gpu_memory_used_peak_mib", peak(&inside, |s| s.mem_used_mib), 0);
+    put("gpu_sm_clock_mean_mhz", mean(&inside, |s| s.sm_mhz), 1);
+    put("gpu_temperature_peak_c", peak(&inside, |s| s.temp_c), 1);
+    let energy = power.mean.map(|w| w * window.seconds());
+    put("gpu_energy_j", energy, 2);
+    put("gpu_energy_window_s", Some(window.seconds()), 3);
+    if let (Some(j), Some(tokens)) = (energy, output_tokens.filter(|t| *t > 0.0)) {
+        put("joules_per_output_token", Some(j / tokens), 6);
+        if j > 0.0 {
+            put("output_tokens_per_joule", Some(tokens / j), 6);
+        }
+    }
+    m.insert(
+        "gpu_energy_window".into(),
+        Json::from(if window.steady { "steady_state" } else { "point" }),
+    );
+    let throttled = throttled(&inside);
+    if !throttled.is_empty() {
+        m.insert("gpu_throttle_reasons".into(), Json::from(throttled.join(",")));
+    }
+    m
+}
+
+/// Mean and peak of the host's power: per GPU its mean (summed), per moment the GPUs' sum.
+struct Power {
+    mean: Option<f64>,
+    peak: Option<f64>,
+}
+
+fn host_power(samples: &[&Sample]) -> Power {
+    let mut per_gpu: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    let mut per_moment: BTreeMap<u64, f64> = BTreeMap::new();
+    for s in samples {
+        let Some(w) = s.power_w else { continue };
+        per_gpu.entry(s.gpu).or_default().push(w);
+        // nvidia-smi stamps every GPU's line of one loop with the same time (to the ms).
+        *per_moment.entry((s.t * 1000.0).round() as u64).or_default() += w;
+    }
+    let mean = (!per_gpu.is_empty()).then(|| {
+        per_gpu
+            .values()
+            .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            .sum()
+    });
+    Power {
+        mean,
+        peak: per_moment.values().copied().reduce(f64::max),
+    }
+}
+
+fn mean(samples: &[&Sample], field: fn(&Sample) -> Option<f64>) -> Option<f64> {
+    let v: Vec<f64> = samples.iter().filter_map(|s| field(s)).collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn peak(samples: &[&Sample], field: fn(&Sample) -> Option<f64>) -> Option<f64> {
+    samples.iter().filter_map(|s| field(s)).reduce(f64::max)
+}
+
+/// `gpu0:sw_power_cap`, … for every GPU held back by power or heat in the window.
+fn throttled(samples: &[&Sample]) -> Vec<String> {
+    let mut masks: BTreeMap<u32, u64> = BTreeMap::new();
+    for s in samples {
+        *masks.entry(s.gpu).or_default() |= s.throttle.unwrap_or(0);
+    }
+    masks
+        .iter()
+        .flat_map(|(gpu, mask)| {
+            gpu::power_or_heat(*mask)
+                .into_iter()
+                .map(move |r| format!("gpu{gpu}:{r}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn sample(t: f64, gpu: u32, power: f64, throttle: u64) -> Sample {
+        Sample {
+            t,
+            gpu,
+            power_w: Some(power),
+            util_pct: Some(50.0),
+            mem_util_pct: None,
+            mem_used_mib: Some(1000.0 + power),
+            sm_mhz: Some(1800.0),
+            temp_c: Some(60.0),
+            throttle: Some(throttle),
+        }
+    }
+
+    #[test]
+    fn sums_gpus_clips_to_the_window_and_derives_energy_per_token() {
+        let samples = vec![
+            sample(9.0, 0, 999.0, 0x4), // before the window: left out
+            sample(10.0, 0, 100.0, 0),
+            sample(10.0, 1, 200.0, 0),
+            sample(11.0, 0, 300.0, 0x1),
+            sample(11.0, 1, 200.0, 0x40),
+            sample(13.0, 0, 999.0, 0), // after
+        ];
+        let window = Window {
+            start: 10.0,
+            end: 12.0,
+            steady: true,
+        };
+        let m = gpu_metrics(&samples, window, Some(100.0));
+        assert_eq!(m["gpu_samples"], json!(4));
+        assert_eq!(m["gpu_power_mean_w"], json!(400.0));
+        assert_eq!(m["gpu_power_peak_w"], json!(500.0));
+        assert_eq!(m["gpu_energy_j"], json!(800.0));
+        assert_eq!(m["joules_per_output_token"], json!(8.0));
+        assert_eq!(m["output_tokens_per_joule"], json!(0.125));
+        assert_eq!(m["gpu_energy_window"], json!("steady_state"));
+        assert_eq!(m["gpu_throttle_reasons"], json!("gpu1:hw_thermal_slowdown"));
+        assert_eq!(m["gpu_memory_used_peak_mib"], json!(1300));
+    }
+
+    #[test]
+    fn no_sample_in_the_window_no_metrics() {
+        let window = Window {
+            start: 0.0,
+            end: 1.0,
+            steady: false,
+        };
+        assert!(gpu_metrics(&[sample(5.0, 0, 1.0, 0)], window, Some(1.0)).is_empty());
+    }
+}
