@@ -29,6 +29,7 @@ fn step(index: usize, attempt: u32, status: Option<Status>) -> Vec<Event> {
         name: "s".into(),
         kind: "k".into(),
         attempt,
+        variant: None,
     };
     let finished = status.map(|status| Event::StepFinished {
         host: "a".into(),
@@ -39,6 +40,7 @@ fn step(index: usize, attempt: u32, status: Option<Status>) -> Vec<Event> {
         error: None,
         details: serde_json::Value::Null,
         seconds: 0.0,
+        variant: None,
     });
     std::iter::once(started).chain(finished).collect()
 }
@@ -51,6 +53,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         step_index: Some(1),
         attempt,
         repetition: 1,
+        variant: None,
     };
     let finished = ended.map(|status| Event::PointFinished {
         host: "a".into(),
@@ -63,6 +66,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         exit_code: None,
         reason: Some("why".into()),
         seconds: 0.0,
+        variant: None,
     });
     std::iter::once(started).chain(finished).collect()
 }
@@ -79,6 +83,7 @@ fn invalid_record(n: u32, attempt: u32) -> Event {
         reason: None,
         attempt,
         repetition: 1,
+        variant: None,
     })
 }
 

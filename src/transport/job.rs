@@ -295,6 +295,43 @@ impl Transport {
         }
     }
 
+    /// Stops job `name` for good and makes sure it is gone: TERM to its process group, KILL
+    /// after `grace`, then waits until the group has left the process table and, where the
+    /// host has nvidia-smi, until none of its pids holds GPU memory. Returns the process group
+    /// (None when the job never wrote one). An error says what is left.
+    pub async fn end_job(&self, name: &str, grace: Duration) -> Result<Option<u32>> {
+        let dir = self
+            .jobs
+            .dir()
+            .context("the run's jobs folder on the host was not prepared")?;
+        let marker = wrapper::new_marker();
+        let (lease, tenths) = (
+            self.jobs.lease_secs(),
+            (grace.as_millis() / 100).max(1).to_string(),
+        );
+        let args = [
+            "end", &dir, name, &marker, "keep", "0", "0", "ended", &lease, &tenths,
+        ];
+        let mut channel = self.spawn(JOB, &args).await?;
+        let mut readers: [StreamReader; 2] = Default::default();
+        let carried = carry(
+            &mut channel.stdout,
+            &mut channel.stderr,
+            &marker,
+            &mut readers,
+            &mut |_, _| {},
+        )
+        .await?;
+        channel.wait().await;
+        self.jobs.unfinished(name, false);
+        let trailer = carried.context("the connection broke while stopping the server")?;
+        let mut words = trailer.split_whitespace();
+        match words.next() {
+            Some("0") => Ok(words.next().and_then(|p| p.parse().ok())),
+            _ => bail!("{}", trailer.strip_prefix("error ").unwrap_or(&trailer)),
+        }
+    }
+
     /// What the end of a job's stdin means on the host: on this machine rigrun let go (stop);
     /// over SSH it may only be the connection (keep: the lease decides).
     fn eof_means(&self) -> &'static str {

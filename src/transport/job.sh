@@ -2,7 +2,7 @@
 # $1 action (run, attach, stop, lease, close)  $2 the run's jobs folder  $3 job name  $4 marker
 # $5 what stdin's end means (stop: this machine; keep: SSH, where it may be a lost connection)
 # $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or a stop's reason
-# $9 the lease in seconds
+# $9 the lease in seconds  $10 (end) how long TERM may take, in tenths of a second
 m=$4; j=$2/$3
 printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
@@ -12,8 +12,21 @@ stop() {
   group; [ -n "$p" ] || return 0
   [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
   kill -TERM -"$p" 2>/dev/null || return 0
-  n=0; while kill -0 -"$p" 2>/dev/null && [ "$n" -lt 20 ]; do sleep 0.1; n=$((n+1)); done
+  n=0; while kill -0 -"$p" 2>/dev/null && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL -"$p" 2>/dev/null; return 0
+}
+# The pids of process group $p, to look for on the GPUs once the group is gone.
+members() { pids=; [ -n "$p" ] && pids=$(ps -e -o pid=,pgid= 2>/dev/null | awk -v g="$p" '$2 == g { print $1 }'); }
+# Waits (up to 30 s) until no pid of $pids holds GPU memory, where nvidia-smi exists.
+gpu_free() {
+  command -v nvidia-smi >/dev/null 2>&1 && [ -n "$pids" ] || return 0
+  n=0; while :; do
+    left=; for q in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do
+      for x in $pids; do [ "$q" = "$x" ] && left="$left $q"; done; done
+    [ -z "$left" ] && return 0
+    [ "$n" -ge 30 ] && return 1
+    sleep 1; n=$((n+1))
+  done
 }
 outcome() {
   if [ -s "$j.rc" ]; then read -r rc < "$j.rc"
@@ -66,6 +79,12 @@ close)
   done
   : > "$2/done"; finish 0;;
 stop) stop "$8"; outcome; finish "$rc";;
+end)
+  group; members; grace=${10:-20}; stop "$8"
+  n=0; while [ -n "$p" ] && kill -0 -"$p" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+  [ -n "$p" ] && kill -0 -"$p" 2>/dev/null && finish "error process group $p is still there 10s after SIGKILL"
+  gpu_free || finish "error pids$left of process group $p still hold GPU memory (nvidia-smi) 30s after it was stopped"
+  finish "0 ${p:-none} ${n}";;
 run)
   lease_up "$@"
   if [ ! -e "$j.out" ]; then
