@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 
-use super::perf::PerfModel;
+use super::perf::{PerfModel, Speculative};
 use super::prefix_cache::PrefixCache;
 
 /// What a request needs from the scheduler.
@@ -70,6 +70,9 @@ pub struct Stats {
     pub cached_prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
     pub requests_finished_total: u64,
+    /// Draft tokens proposed and accepted by speculative decoding (0 without it).
+    pub spec_draft_tokens_total: u64,
+    pub spec_accepted_tokens_total: u64,
 }
 
 /// A submitted request that can never fit in the KV cache.
@@ -94,6 +97,8 @@ struct Job<S> {
     /// Prompt tokens served by the prefix cache.
     cached: u32,
     generated: u32,
+    /// Accepted draft tokens owed (the expected acceptance, added up each step).
+    spec_credit: f64,
 }
 
 /// The batch, the queue and the KV cache of one simulated server.
@@ -139,6 +144,7 @@ impl<S> Scheduler<S> {
             prefill_now: 0,
             cached: 0,
             generated: 0,
+            spec_credit: 0.0,
         });
         Ok(())
     }
@@ -167,7 +173,7 @@ impl<S> Scheduler<S> {
     pub fn plan_step(&mut self) -> Option<u64> {
         self.admit();
         let mut budget = self.limits.chunk_tokens.max(1);
-        let (mut sequences, mut attended, mut prefill) = (0usize, 0u64, 0u64);
+        let (mut prefilling, mut decoding, mut attended, mut prefill) = (0usize, 0usize, 0u64, 0u64);
         for job in &mut self.running {
             if job.prefill_left > 0 {
                 if !job.looked_up && budget > 0 {
@@ -176,21 +182,22 @@ impl<S> Scheduler<S> {
                 job.prefill_now = job.prefill_left.min(budget);
                 budget -= job.prefill_now;
                 prefill += u64::from(job.prefill_now);
-                sequences += usize::from(job.prefill_now > 0);
+                prefilling += usize::from(job.prefill_now > 0);
             } else {
-                sequences += 1;
+                decoding += 1;
                 attended += u64::from(job.spec.prompt_tokens + job.generated);
             }
         }
-        (sequences > 0).then(|| self.perf.step_ns(sequences, attended, prefill))
+        (prefilling + decoding > 0).then(|| self.perf.batch_step_ns(prefilling, decoding, attended, prefill))
     }
 
     /// Ends the step begun by [`plan_step`](Self::plan_step): reports each request that got a
     /// token to `deliver` and retires the finished ones.
     pub fn finish_step(&mut self, mut deliver: impl FnMut(&S, Progress)) {
         let (mut freed, mut finished, mut tokens) = (0, 0, 0);
-        let cache = &mut self.cache;
+        let (cache, stats, speculative) = (&mut self.cache, &mut self.stats, self.perf.speculative);
         self.running.retain_mut(|job| {
+            let decoding = job.prefill_now == 0 && job.prefill_left == 0;
             if job.prefill_now > 0 {
                 job.prefill_left -= job.prefill_now;
                 job.prefill_now = 0;
@@ -203,8 +210,12 @@ impl<S> Scheduler<S> {
             } else if job.prefill_left > 0 {
                 return true;
             }
-            job.generated += 1;
-            tokens += 1;
+            let accepted = match speculative.filter(|_| decoding) {
+                Some(spec) => accept_drafts(job, spec, stats),
+                None => 0,
+            };
+            job.generated += 1 + accepted;
+            tokens += 1 + u64::from(accepted);
             let done = job.generated >= job.spec.output_tokens;
             deliver(
                 &job.sink,
@@ -265,6 +276,18 @@ fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &m
     stats.cached_prompt_tokens_total += cached;
 }
 
+/// A decoding step's accepted draft tokens for `job` under `spec`: the expected acceptance
+/// added to its credit, whole tokens taken from it (never past the job's output), and counted.
+fn accept_drafts(job: &mut Job<impl Sized>, spec: Speculative, stats: &mut Stats) -> u32 {
+    job.spec_credit += spec.expected_accepted();
+    let left = job.spec.output_tokens.saturating_sub(job.generated + 1);
+    let accepted = (job.spec_credit.floor() as u32).min(spec.tokens).min(left);
+    job.spec_credit -= f64::from(accepted);
+    stats.spec_draft_tokens_total += u64::from(spec.tokens);
+    stats.spec_accepted_tokens_total += u64::from(accepted);
+    accepted
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::perf::Table;
@@ -277,6 +300,7 @@ mod tests {
             batch_ms: Table::new(vec![(1.0, 1.0), (2.0, 2.0)]).unwrap(),
             attention_ms: Table::new(vec![(0.0, 0.0)]).unwrap(),
             prefill_tokens_per_second: 1e6,
+            speculative: None,
         };
         let limits = Limits {
             max_running,
