@@ -67,6 +67,9 @@ async fn run_variant(
         index: plan.variant.index,
         command: plan.command.clone(),
     });
+    server::stop_leftovers(ctx, plan.stop_grace)
+        .await
+        .map_err(|e| at("stopping the servers before it", format!("{e:#}")))?;
     let (running, ready) = server::start(ctx, plan)
         .await
         .map_err(|e| at("starting the server", format!("{e:#}")))?;
@@ -75,6 +78,10 @@ async fn run_variant(
             ready_event(ctx, &name, Status::Ok, None, startup.clone());
             startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
             let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
+            // Servers the steps started (`start-server`) belong to this variant too.
+            for started in ctx.servers.drain(..) {
+                started.stop();
+            }
             stop.map(|s| at(&s.step, s.error))
         }
         Err(failed) => {

@@ -43,6 +43,15 @@ pub struct StartFailure {
     pub details: Json,
 }
 
+/// The run's server jobs on a host: every variant's, and `start-server`'s.
+const SERVER_JOBS: &str = "*server-*";
+
+/// Stops every server of the run still on the host (a resumed run's, left by a rigrun that was
+/// killed) and makes sure they are gone, before a variant starts.
+pub async fn stop_leftovers(ctx: &HostCtx, grace: Duration) -> Result<()> {
+    ctx.transport.end_jobs(SERVER_JOBS, grace).await.map(drop)
+}
+
 /// Starts the variant's server and waits until it answers, lists the model and (with `smoke`)
 /// returns a token. The server comes back either way, so that the caller stops it.
 pub async fn start(ctx: &HostCtx, plan: &ServerPlan) -> Result<(RunningServer, Result<Json, StartFailure>)> {
@@ -114,7 +123,7 @@ async fn until_ready(
 /// gone and no pid of it is on the GPUs (job.sh `end`). What it reports goes in the details.
 pub async fn stop(ctx: &HostCtx, mut server: RunningServer) -> Result<Json> {
     let started = Instant::now();
-    let group = ctx.transport.end_job(&server.job, server.grace).await?;
+    let groups = ctx.transport.end_jobs(&server.job, server.grace).await?;
     if let Some(task) = server.task.take() {
         // The follower ends once the job's group is gone; a follower stuck on a lost link is
         // dropped, which says `stop` once more.
@@ -124,7 +133,7 @@ pub async fn stop(ctx: &HostCtx, mut server: RunningServer) -> Result<Json> {
         }
     }
     Ok(json!({
-        "process_group": group,
+        "process_group": groups.first(),
         "stop_seconds": started.elapsed().as_secs_f64(),
     }))
 }

@@ -295,11 +295,12 @@ impl Transport {
         }
     }
 
-    /// Stops job `name` for good and makes sure it is gone: TERM to its process group, KILL
-    /// after `grace`, then waits until the group has left the process table and, where the
-    /// host has nvidia-smi, until none of its pids holds GPU memory. Returns the process group
-    /// (None when the job never wrote one). An error says what is left.
-    pub async fn end_job(&self, name: &str, grace: Duration) -> Result<Option<u32>> {
+    /// Stops the jobs whose names match `pattern` (a shell glob) for good and makes sure they
+    /// are gone: TERM to each process group, KILL after `grace`, then waits until the group has
+    /// left the process table and, where the host has nvidia-smi, until none of its pids holds
+    /// GPU memory. Returns the process groups stopped (jobs that had ended count too). An error
+    /// says what is left.
+    pub async fn end_jobs(&self, pattern: &str, grace: Duration) -> Result<Vec<u32>> {
         let dir = self
             .jobs
             .dir()
@@ -310,7 +311,7 @@ impl Transport {
             (grace.as_millis() / 100).max(1).to_string(),
         );
         let args = [
-            "end", &dir, name, &marker, "keep", "0", "0", "ended", &lease, &tenths,
+            "end", &dir, pattern, &marker, "keep", "0", "0", "ended", &lease, &tenths,
         ];
         let mut channel = self.spawn(JOB, &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
@@ -323,11 +324,10 @@ impl Transport {
         )
         .await?;
         channel.wait().await;
-        self.jobs.unfinished(name, false);
         let trailer = carried.context("the connection broke while stopping the server")?;
         let mut words = trailer.split_whitespace();
         match words.next() {
-            Some("0") => Ok(words.next().and_then(|p| p.parse().ok())),
+            Some("0") => Ok(words.filter_map(|p| p.parse().ok()).collect()),
             _ => bail!("{}", trailer.strip_prefix("error ").unwrap_or(&trailer)),
         }
     }

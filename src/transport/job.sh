@@ -8,11 +8,18 @@ printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
 finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
 group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; }
+# Whether process group $p has a process that is not a zombie (where no init reaps orphans,
+# the exited stay in the table; they hold no memory). Without ps: whether the group exists.
+alive() {
+  if s=$(ps -e -o pgid=,stat= 2>/dev/null); then
+    printf '%s\n' "$s" | awk -v g="$p" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'
+  else kill -0 -"$p" 2>/dev/null; fi
+}
 stop() {
   group; [ -n "$p" ] || return 0
   [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
   kill -TERM -"$p" 2>/dev/null || return 0
-  n=0; while kill -0 -"$p" 2>/dev/null && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
+  n=0; while alive && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL -"$p" 2>/dev/null; return 0
 }
 # The pids of process group $p, to look for on the GPUs once the group is gone.
@@ -80,11 +87,17 @@ close)
   : > "$2/done"; finish 0;;
 stop) stop "$8"; outcome; finish "$rc";;
 end)
-  group; members; grace=${10:-20}; stop "$8"
-  n=0; while [ -n "$p" ] && kill -0 -"$p" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
-  [ -n "$p" ] && kill -0 -"$p" 2>/dev/null && finish "error process group $p is still there 10s after SIGKILL"
-  gpu_free || finish "error pids$left of process group $p still hold GPU memory (nvidia-smi) 30s after it was stopped"
-  finish "0 ${p:-none} ${n}";;
+  # Every job whose name matches the pattern $3, stopped and gone; their process groups said.
+  grace=${10:-20}; ended=
+  for f in "$2"/$3.pid; do
+    [ -s "$f" ] || continue
+    j=${f%.pid}; group; members; stop "$8"
+    n=0; while alive && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+    alive && finish "error process group $p is still there 10s after SIGKILL"
+    gpu_free || finish "error pids$left of process group $p still hold GPU memory (nvidia-smi) 30s after it was stopped"
+    ended="$ended $p"
+  done
+  finish "0$ended";;
 run)
   lease_up "$@"
   if [ ! -e "$j.out" ]; then

@@ -27,3 +27,4 @@ mod shipped_playbooks;
 mod sim_http;
 mod sim_model;
 mod sim_profiles;
+mod variants;

@@ -7,3 +7,4 @@ mod e2e_netns;
 mod faults;
 mod host_disk;
 mod store_full;
+mod variants;
