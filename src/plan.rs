@@ -95,22 +95,23 @@ pub fn plan_variants(config: &Config, vars: &HostVars) -> Result<Vec<ServerPlan>
         return Ok(Vec::new());
     };
     let runtime = HashSet::new();
+    let error = |e: RenderError| match e {
+        RenderError::Config(e) => e,
+        RenderError::Deferred(var) => ConfigError::plain(
+            &config.playbook_path,
+            format!("server: `{var}` is only known once a step has run; the server starts before every step"),
+        ),
+    };
+    let r = Renderer {
+        config,
+        vars,
+        runtime: &runtime,
+    };
+    server.check(&r).map_err(error)?;
     let plan = |variant: &crate::config::server::Variant| {
         let vars = variant.vars(vars);
-        let r = Renderer {
-            config,
-            vars: &vars,
-            runtime: &runtime,
-        };
-        server.plan(&r, variant).map_err(|e| match e {
-            RenderError::Config(e) => e,
-            RenderError::Deferred(var) => ConfigError::plain(
-                &config.playbook_path,
-                format!(
-                    "server: `{var}` is only known once a step has run; the server starts before every step"
-                ),
-            ),
-        })
+        let r = Renderer { vars: &vars, ..r };
+        server.plan(&r, variant).map_err(error)
     };
     config.variants().iter().map(plan).collect()
 }

@@ -133,10 +133,10 @@ impl ServerSpec {
             if values.value.is_empty() {
                 return Err(r.error(values, format!("variants `{axis}` has no values")));
             }
-            if axis == "variant" {
+            if axis == "variant" || super::BUILTIN_NAMES.contains(&axis.as_str()) {
                 return Err(r.error(
                     values,
-                    "`variant` is the variant's label; name the axis otherwise".into(),
+                    format!("`{axis}` is a built-in variable (as is `variant`, the variant's label); name the axis otherwise"),
                 ));
             }
         }
@@ -183,8 +183,8 @@ impl ServerSpec {
     }
 
     /// The server of `variant` for one host; `r` holds the host's variables with the variant's.
+    /// (`check` first, once: it holds for every variant.)
     pub fn plan(&self, r: &Renderer, variant: &Variant) -> Result<ServerPlan, RenderError> {
-        self.check(r)?;
         let mut command = r.render(&self.command, Quoting::Shell)?;
         for (key, words) in &self.args {
             let Ok((axis, value)) = self.args_key(key) else {

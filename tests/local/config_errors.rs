@@ -360,3 +360,39 @@ fn a_plan_whose_templates_together_run_too_long_is_refused() {
         "{stderr}"
     );
 }
+
+/// A playbook whose server block has `variants` and `args` as given.
+fn variants_playbook(variants: &str, args: &str) -> String {
+    format!(
+        "name: t\nserver:\n  command: serve --port 1\n  url: http://127.0.0.1:1\n  variants: {variants}\n  args: {args}\nsteps:\n  - shell: {{command: \"true\"}}\n"
+    )
+}
+
+#[test]
+fn server_variants_errors_name_their_place_and_what_there_is() {
+    assert_rejected(
+        &variants_playbook("{spec: [off, nextn3]}", "{spec=nextn9: [--x]}"),
+        "6:23",
+        "args `spec=nextn9`: no variant has spec=nextn9 (the variants are spec: off, nextn3)",
+    );
+    assert_rejected(
+        &variants_playbook("{spec: [off, nextn3]}", "{nextn3: [--x]}"),
+        "6:18",
+        "write it as axis=value",
+    );
+    assert_rejected(
+        &variants_playbook("{spec: []}", "{}"),
+        "5:20",
+        "variants `spec` has no values",
+    );
+    assert_rejected(
+        &variants_playbook("{host: [a, b]}", "{}"),
+        "5:20",
+        "`host` is a built-in variable",
+    );
+    assert_rejected(
+        "name: t\nserver:\n  command: serve --tp {{ tp }}\n  url: http://127.0.0.1:1\n  variants: {spec: [off]}\nsteps:\n  - shell: {command: \"true\"}\n",
+        "3:12",
+        "`tp` is not defined for host gpu1, gpu2",
+    );
+}
