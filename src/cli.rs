@@ -163,8 +163,10 @@ pub struct ComparisonArgs {
     /// The metric of the tables (default: output_throughput, or the first numeric one).
     #[arg(long)]
     pub metric: Option<String>,
-    /// The host the ratio columns divide by (default: the first host).
-    #[arg(long)]
+    /// What the ratio columns divide by: a host (`blackwell`), a column (`blackwell/spec=off`)
+    /// or, in a run with server variants, a variant (`spec=off`: each host's other variants
+    /// against its own). Default: the first host, or with variants each host's first variant.
+    #[arg(long, value_name = "HOST|VARIANT")]
     pub baseline: Option<String>,
     /// Across runs, changes beyond this are marked as regressions or improvements.
     #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]

@@ -173,7 +173,7 @@ pub fn describe(config: &Config, plan: &Plan) -> String {
         if !host.variants.is_empty() {
             let _ = writeln!(
                 out,
-                "  server, {} variant(s), one after another: each stopped (its processes gone), the next started and ready before the steps below run against it",
+                "  server, {} variant(s), one after another: each stopped (its processes gone), the next started and ready before the steps below (shown for the first) run against it",
                 host.variants.len()
             );
             for variant in &host.variants {
