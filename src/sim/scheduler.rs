@@ -506,4 +506,26 @@ mod tests {
         s.cancel_where(|&id| id == 1);
         assert_eq!((s.stats().running, s.stats().kv_used_tokens), (1, 40));
     }
+
+    #[test]
+    fn speculation_emits_the_accepted_drafts_with_each_decode_step_and_counts_them() {
+        let mut s = scheduler(8, 1000, 100);
+        // p = 0.5, k = 2: 0.75 accepted per step on average, so the credit yields 0, 1, 1, 1, 0, ...
+        s.perf.speculative = Some(Speculative {
+            tokens: 2,
+            acceptance: 0.5,
+        });
+        s.submit(spec(10, 6), 1).unwrap();
+        let generated = |out: Vec<(u32, Progress)>| out[0].1.generated;
+        assert_eq!(generated(step(&mut s).1), 1, "the prefill step's token is not speculated");
+        // One decoder verifies 3 positions (the batch table at 3: 3 ms) and drafts cost 10% more.
+        let (d, out) = step(&mut s);
+        assert_eq!((d, generated(out)), (Some(3_300_000), 2));
+        assert_eq!(generated(step(&mut s).1), 4);
+        let last = step(&mut s).1;
+        assert_eq!(last[0].1, Progress { generated: 6, done: true, cached: 0 });
+        let stats = s.stats();
+        assert_eq!(stats.generation_tokens_total, 6);
+        assert_eq!((stats.spec_draft_tokens_total, stats.spec_accepted_tokens_total), (6, 2));
+    }
 }
