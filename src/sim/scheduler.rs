@@ -517,15 +517,29 @@ mod tests {
         });
         s.submit(spec(10, 6), 1).unwrap();
         let generated = |out: Vec<(u32, Progress)>| out[0].1.generated;
-        assert_eq!(generated(step(&mut s).1), 1, "the prefill step's token is not speculated");
+        assert_eq!(
+            generated(step(&mut s).1),
+            1,
+            "the prefill step's token is not speculated"
+        );
         // One decoder verifies 3 positions (the batch table at 3: 3 ms) and drafts cost 10% more.
         let (d, out) = step(&mut s);
         assert_eq!((d, generated(out)), (Some(3_300_000), 2));
         assert_eq!(generated(step(&mut s).1), 4);
         let last = step(&mut s).1;
-        assert_eq!(last[0].1, Progress { generated: 6, done: true, cached: 0 });
+        assert_eq!(
+            last[0].1,
+            Progress {
+                generated: 6,
+                done: true,
+                cached: 0
+            }
+        );
         let stats = s.stats();
         assert_eq!(stats.generation_tokens_total, 6);
-        assert_eq!((stats.spec_draft_tokens_total, stats.spec_accepted_tokens_total), (6, 2));
+        assert_eq!(
+            (stats.spec_draft_tokens_total, stats.spec_accepted_tokens_total),
+            (6, 2)
+        );
     }
 }

@@ -274,9 +274,21 @@ impl Transport {
 
     /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
     async fn job_action(&self, action: &str, dir: &str) -> Result<()> {
+        match self.short_action(&[action, dir, "-"], &[]).await?.as_deref() {
+            Some("0") => Ok(()),
+            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
+            None => bail!("the connection broke"),
+        }
+    }
+
+    /// Runs `job.sh` with `head` (action, folder, job name), then the marker and the usual
+    /// placeholders, then `tail`; returns the trailer of its end (None: the channel broke).
+    async fn short_action(&self, head: &[&str; 3], tail: &[&str]) -> Result<Option<String>> {
         let marker = wrapper::new_marker();
         let lease = self.jobs.lease_secs();
-        let args = [action, dir, "-", &marker, "keep", "0", "0", "-", &lease];
+        let mut args = head.to_vec();
+        args.extend([marker.as_str(), "keep", "0", "0", "-", &lease]);
+        args.extend(tail);
         let mut channel = self.spawn(JOB, &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
         let carried = carry(
@@ -288,16 +300,12 @@ impl Transport {
         )
         .await?;
         channel.wait().await;
-        match carried.as_deref() {
-            Some("0") => Ok(()),
-            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
-            None => bail!("the connection broke"),
-        }
+        Ok(carried)
     }
 
     /// Stops the jobs whose names match `pattern` (a shell glob) for good and makes sure they
     /// are gone: TERM to each process group, KILL after `grace`, then waits until the group has
-    /// left the process table and, where the host has nvidia-smi, until none of its pids holds
+    /// no live process left and, where the host has nvidia-smi, until none of its pids holds
     /// GPU memory. Returns the process groups stopped (jobs that had ended count too). An error
     /// says what is left.
     pub async fn end_jobs(&self, pattern: &str, grace: Duration) -> Result<Vec<u32>> {
@@ -305,26 +313,11 @@ impl Transport {
             .jobs
             .dir()
             .context("the run's jobs folder on the host was not prepared")?;
-        let marker = wrapper::new_marker();
-        let (lease, tenths) = (
-            self.jobs.lease_secs(),
-            (grace.as_millis() / 100).max(1).to_string(),
-        );
-        let args = [
-            "end", &dir, pattern, &marker, "keep", "0", "0", "ended", &lease, &tenths,
-        ];
-        let mut channel = self.spawn(JOB, &args).await?;
-        let mut readers: [StreamReader; 2] = Default::default();
-        let carried = carry(
-            &mut channel.stdout,
-            &mut channel.stderr,
-            &marker,
-            &mut readers,
-            &mut |_, _| {},
-        )
-        .await?;
-        channel.wait().await;
-        let trailer = carried.context("the connection broke while stopping the server")?;
+        let tenths = (grace.as_millis() / 100).max(1).to_string();
+        let trailer = self
+            .short_action(&["end", &dir, pattern], &[&tenths])
+            .await?
+            .context("the connection broke while stopping the server")?;
         let mut words = trailer.split_whitespace();
         match words.next() {
             Some("0") => Ok(words.filter_map(|p| p.parse().ok()).collect()),

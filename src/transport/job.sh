@@ -91,7 +91,7 @@ end)
   grace=${10:-20}; ended=
   for f in "$2"/$3.pid; do
     [ -s "$f" ] || continue
-    j=${f%.pid}; group; members; stop "$8"
+    j=${f%.pid}; group; members; stop ended
     n=0; while alive && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
     alive && finish "error process group $p is still there 10s after SIGKILL"
     gpu_free || finish "error pids$left of process group $p still hold GPU memory (nvidia-smi) 30s after it was stopped"

@@ -380,6 +380,46 @@ impl Drop for Netns {
     }
 }
 
+/// Two hosts, `h1` and `h2`, each in a network namespace of its own with its own sshd (their
+/// keys in `known_hosts`), for an inventory that puts both in the group `gpu`.
+pub struct NetnsHosts {
+    pub sshd: [Sshd; 2],
+    pub ns: [Netns; 2],
+    pub key: ClientKey,
+    pub known_hosts: PathBuf,
+}
+
+impl NetnsHosts {
+    pub fn start(dir: &Path) -> NetnsHosts {
+        let key = ClientKey::new(dir);
+        let ns = [Netns::new(), Netns::new()];
+        let sshd = [
+            Sshd::start_in(dir, "h1", &key, &ns[0]),
+            Sshd::start_in(dir, "h2", &key, &ns[1]),
+        ];
+        let known_hosts = dir.join("known_hosts");
+        let lines = format!("{}{}", sshd[0].known_hosts_line(), sshd[1].known_hosts_line());
+        std::fs::write(&known_hosts, lines).unwrap();
+        NetnsHosts {
+            sshd,
+            ns,
+            key,
+            known_hosts,
+        }
+    }
+
+    /// The inventory: `h1` and `h2` with workdirs `dir/w1` and `dir/w2` and their `extra`
+    /// lines (indented as a host's fields), in the group `gpu`.
+    pub fn inventory(&self, dir: &Path, extra: [&str; 2]) -> String {
+        let entry = |i: usize| {
+            let name = format!("h{}", i + 1);
+            let workdir = dir.join(format!("w{}", i + 1));
+            self.sshd[i].inventory_entry(&name, &self.key, &self.known_hosts, &workdir, extra[i])
+        };
+        format!("hosts:\n{}{}groups:\n  gpu: [h1, h2]\n", entry(0), entry(1))
+    }
+}
+
 #[allow(unused_imports)]
 pub use rigrun::testutil::wait_until_gone;
 

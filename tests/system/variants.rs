@@ -43,24 +43,11 @@ fn each_variant_is_started_measured_and_stopped_in_turn_on_two_namespaced_hosts(
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let token = format!("variants{}", std::process::id());
-    let key = ClientKey::new(dir);
-    let (ns1, ns2) = (Netns::new(), Netns::new());
-    let h1 = Sshd::start_in(dir, "h1", &key, &ns1);
-    let h2 = Sshd::start_in(dir, "h2", &key, &ns2);
-    let known_hosts = dir.join("known_hosts");
-    std::fs::write(
-        &known_hosts,
-        format!("{}{}", h1.known_hosts_line(), h2.known_hosts_line()),
-    )
-    .unwrap();
+    let hosts = NetnsHosts::start(dir);
     let launcher = dir.join("launch.sh");
     std::fs::write(&launcher, LAUNCHER).unwrap();
     let vars = format!("    vars: {{launcher: {}}}\n", launcher.display());
-    let inventory = format!(
-        "hosts:\n{}{}groups:\n  gpu: [h1, h2]\n",
-        h1.inventory_entry("h1", &key, &known_hosts, &dir.join("w1"), &vars),
-        h2.inventory_entry("h2", &key, &known_hosts, &dir.join("w2"), &vars),
-    );
+    let inventory = hosts.inventory(dir, [&vars, &vars]);
     std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
     std::fs::write(dir.join("p.yaml"), PLAYBOOK.replace("TOKEN", &token)).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_throughput.py");
@@ -75,7 +62,7 @@ fn each_variant_is_started_measured_and_stopped_in_turn_on_two_namespaced_hosts(
     );
 
     // Nothing of the run serves on either host any more.
-    for ns in [&ns1, &ns2] {
+    for ns in &hosts.ns {
         let left = ns.processes(&format!("rigrun/{token}"));
         assert!(left.is_empty(), "servers left in {}: {left:?}", ns.name);
     }
