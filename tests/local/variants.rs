@@ -187,6 +187,17 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
         html.contains("<th>slow/spec=on / slow/spec=off</th>"),
         "report lacks the variant ratios"
     );
+
+    // A resume keeps the variant that failed to start failed (it says how to redo it) and starts
+    // no server: every other variant finished.
+    let journal = || std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    let starts = |text: String| text.matches("\"event\":\"variant_started\"").count();
+    let before = starts(journal());
+    assert_eq!(before, 6, "three variants on each of two hosts");
+    let (code, _, stderr) = rigrun_in(tmp.path(), &["run", "--resume", run_arg, "-q"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--redo-failed"), "{stderr}");
+    assert_eq!(starts(journal()), before, "a server was started again");
 }
 
 /// The processes on this machine whose command line contains `needle`.
