@@ -396,3 +396,22 @@ fn server_variants_errors_name_their_place_and_what_there_is() {
         "`tp` is not defined for host gpu1, gpu2",
     );
 }
+
+#[test]
+fn with_server_variants_a_reference_names_its_column() {
+    let reference = |column: &str| {
+        format!(
+            "name: t\nserver:\n  command: serve\n  url: http://127.0.0.1:1\n  variants: {{spec: [off, on]}}\nsteps:\n  - run-sweep:\n      matrix: {{c: [1]}}\n      command: echo\n      references:\n        {column}: {{1: {{x: 1}}}}\n"
+        )
+    };
+    assert_rejected(
+        &reference("gpu1"),
+        "11:9",
+        "with server variants each variant is a column of its own: name one of gpu1/spec=off, gpu1/spec=on",
+    );
+    assert_rejected(
+        &reference("gpu1/spec=maybe"),
+        "11:9",
+        "`gpu1/spec=maybe`: no such variant",
+    );
+}

@@ -45,6 +45,8 @@ steps:
       matrix: {concurrency: [1, 4]}
       command: >-
         echo '{"output_throughput": {{ speed * concurrency * (2 if spec == "on" else 1) }}}'
+      references:
+        fast/spec=on: {4: {output_throughput: 1600 ±1%}}
 "#;
 
 /// Runs `PLAYBOOK` on both hosts (exit 1: one variant fails to start); returns the run directory.
@@ -164,6 +166,13 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
     assert!(
         stderr.contains("no such host, column or variant") && stderr.contains("fast/spec=off"),
         "{stderr}"
+    );
+
+    // A reference names its column.
+    let (_, shown, _) = rigrun_in(tmp.path(), &["show", run_arg]);
+    assert!(
+        shown.contains("1600 ±1%") && shown.contains("fast/spec=on") && shown.contains("✓"),
+        "{shown}"
     );
 
     // show in every format, and the report, carry the same columns; the startup has its table.
