@@ -98,8 +98,10 @@ impl Progress {
                 reason,
                 seconds,
                 attempt,
+                variant,
                 ..
             } => {
+                let host = crate::point::column(host, variant.as_deref());
                 let how = match status {
                     RecordStatus::Ok => format!("ok in {seconds:.1}s"),
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
@@ -122,8 +124,10 @@ impl Progress {
                 status,
                 error,
                 seconds,
+                variant,
                 ..
             } => {
+                let host = crate::point::column(host, variant.as_deref());
                 let how = match (status, error) {
                     (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
                     (_, Some(e)) => format!("FAILED: {e}"),

@@ -355,3 +355,48 @@ fn the_shipped_demo_shows_speculative_decoding_off_and_on_on_both_hosts() {
         assert!(ratio > 1.3, "{name}: speculation ×{ratio} at C=1");
     }
 }
+
+#[test]
+fn a_server_not_ready_by_its_wait_fails_to_start_is_stopped_and_the_next_variant_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A server that never answers: a sleep of a length no other test uses.
+    let sleeper = format!("sleep {}", 7000 + std::process::id() % 1000);
+    let playbook = format!(
+        r#"name: deadline
+server:
+  command: "{{% if v == 'silent' %}}{sleeper}{{% else %}}{{{{ rigrun }}}} sim --profile tiny --port {port}{{% endif %}}"
+  url: "http://127.0.0.1:{port}"
+  wait: 2s
+  variants: {{v: [silent, answers]}}
+steps:
+  - run-sweep:
+      matrix: {{n: [1]}}
+      command: "echo '{{\"x\": 1}}'"
+"#,
+        port = free_port()
+    );
+    std::fs::write(dir.join("hosts.yaml"), "hosts:\n  a: {connection: local}\n").unwrap();
+    std::fs::write(dir.join("p.yaml"), playbook).unwrap();
+    let (code, stdout, stderr) = rigrun_in(dir, &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert_eq!(
+        processes(&sleeper),
+        Vec::<String>::new(),
+        "the silent server was left running"
+    );
+    let recs = records(&only_run_dir(&dir.join("runs")));
+    let sweep = |v: &str| {
+        let of = recs
+            .iter()
+            .filter(|r| r["step"] == "run-sweep" && r["variant"]["v"] == v);
+        of.cloned().collect::<Vec<Value>>()
+    };
+    let silent = sweep("silent");
+    let reason = silent[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("failed to start: the server did not answer within 2s"),
+        "{reason}"
+    );
+    assert_eq!(sweep("answers")[0]["status"], "ok", "{recs:?}");
+}
