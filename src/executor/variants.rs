@@ -154,11 +154,7 @@ fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Opti
         reason: failed.map(String::from),
         attempt: 1,
         repetition: 1,
-        variant: ctx
-            .variant
-            .as_ref()
-            .filter(|v| v.name().is_some())
-            .map(|v| v.values.clone()),
+        variant: ctx.variant_values(),
     }));
 }
 
@@ -171,34 +167,38 @@ fn fail_steps(job: &HostJob, ctx: &HostCtx, vars: &HostVars, reason: &str) {
         if !ctx.work.runs_step(index) {
             continue;
         }
-        let Ok(planned) = plan::plan_step(&job.config, index, step, vars, &HashSet::new()) else {
-            continue;
-        };
+        let planned = plan::plan_step(&job.config, index, step, vars, &HashSet::new());
         let attempt = ctx.work.step_attempt(index);
         job.emit(Event::StepStarted {
             host: ctx.host.clone(),
             index,
-            name: planned.name.clone(),
-            kind: planned.kind.to_string(),
+            name: step.display_name(),
+            kind: step.kind().to_string(),
             attempt,
             variant: variant.clone(),
         });
-        let status = match &planned.action {
-            Action::RunSweep(sweep) => {
-                for run in sweep.runs() {
-                    fail_point(ctx, &planned, &sweep.points[run.point], run.repetition, reason);
+        let (status, error) = match &planned {
+            Ok(planned) => match &planned.action {
+                Action::RunSweep(sweep) => {
+                    for run in sweep.runs() {
+                        fail_point(ctx, planned, &sweep.points[run.point], run.repetition, reason);
+                    }
+                    (Status::Failed, reason.to_string())
                 }
-                Status::Failed
-            }
-            _ => Status::Skipped,
+                _ => (Status::Skipped, reason.to_string()),
+            },
+            Err(e) => (
+                Status::Failed,
+                format!("{reason}; the step cannot be planned either: {e}"),
+            ),
         };
         job.emit(Event::StepFinished {
             host: ctx.host.clone(),
             index,
-            name: planned.name.clone(),
+            name: step.display_name(),
             attempt,
             status,
-            error: Some(reason.to_string()),
+            error: Some(error),
             details: json!(null),
             seconds: 0.0,
             variant: variant.clone(),

@@ -142,6 +142,14 @@ impl HostCtx {
         self.variant.as_ref().and_then(Variant::name)
     }
 
+    /// The variant's values, for records; None without variants.
+    pub fn variant_values(&self) -> Option<IndexMap<String, Json>> {
+        self.variant
+            .as_ref()
+            .filter(|v| v.name().is_some())
+            .map(|v| v.values.clone())
+    }
+
     /// Prefixes the names of the variant's jobs on the host, so that no two variants share one.
     pub fn job_prefix(&self) -> String {
         match (&self.variant, self.variant_name()) {
@@ -171,10 +179,7 @@ impl HostCtx {
             reason,
             attempt: at.attempt,
             repetition: at.repetition,
-            variant: self
-                .variant_name()
-                .and(self.variant.as_ref())
-                .map(|v| v.values.clone()),
+            variant: self.variant_values(),
         }));
     }
 }
