@@ -168,7 +168,9 @@ pub struct ComparisonArgs {
     /// against its own). Default: the first host, or with variants each host's first variant.
     #[arg(long, value_name = "HOST|VARIANT")]
     pub baseline: Option<String>,
-    /// Across runs, changes beyond this are marked as regressions or improvements.
+    /// Across runs, changes beyond this are marked as regressions or improvements; between
+    /// repeated points only when Welch's t-test finds them significant (p < 0.05), else
+    /// `within noise`.
     #[arg(long, value_parser = crate::report::parse_tolerance, default_value = "5%")]
     pub tolerance: f64,
     /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...

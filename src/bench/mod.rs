@@ -18,7 +18,7 @@ mod goodput;
 mod level;
 mod metrics;
 mod record;
-mod rng;
+pub(crate) mod rng;
 mod sse;
 mod sys;
 mod validity;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use super::stats::{Summary, NOISY_CV};
+use super::stats::{Summary, Welch, ALPHA, NOISY_CV};
 use crate::config::reference::Expected;
 use crate::events::{Record, RecordStatus};
 
@@ -18,15 +18,18 @@ pub enum Cell {
         reference: Option<RefCheck>,
         spread: Option<Spread>,
     },
-    /// A host's value over the baseline host's: `×1.23`.
+    /// A host's value over the baseline host's: `×1.23`, with its 95% interval when both are
+    /// repeated: `×0.41 [0.39–0.43]`.
     Ratio {
         value: f64,
+        interval: Option<(f64, f64)>,
     },
     /// A change in percent (across runs, or from a reference); a change beyond the tolerance
-    /// carries its verdict.
+    /// carries its verdict, and, when both sides are repeated, the test it was judged by.
     Change {
         percent: f64,
         verdict: Option<Verdict>,
+        test: Option<Welch>,
     },
     /// The benchmark said the record is not valid (`valid: false`); its value, if any, is
     /// shown for the record but never compared.
@@ -57,12 +60,15 @@ pub enum Cell {
     },
 }
 
-/// A change across runs beyond the tolerance, judged by the metric's direction.
+/// A change across runs beyond the tolerance, judged by the metric's direction, or, when the
+/// points were repeated and the difference is not significant, within noise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Regression,
     Improvement,
+    #[serde(rename = "within noise")]
+    WithinNoise,
 }
 
 impl Verdict {
@@ -70,6 +76,7 @@ impl Verdict {
         match self {
             Verdict::Regression => "regression",
             Verdict::Improvement => "improvement",
+            Verdict::WithinNoise => "within noise",
         }
     }
 }
@@ -79,6 +86,8 @@ impl Verdict {
 #[derive(Clone, Debug, Serialize)]
 pub struct Spread {
     pub mean: f64,
+    /// The sample standard deviation of the valid repetitions.
+    pub sd: f64,
     /// Half the width of the 95% confidence interval of the mean (None with one repetition).
     pub ci95: Option<f64>,
     /// The valid repetitions the mean is of.
@@ -92,14 +101,27 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn new(summary: &Summary, excluded: usize) -> Spread {
+    /// The spread of `summary`'s values, with `excluded` repetitions left out.
+    pub fn of(summary: &Summary, excluded: usize) -> Spread {
         Spread {
             mean: summary.mean,
+            sd: summary.sd,
             ci95: summary.ci95,
             n: summary.n,
             cv: summary.cv,
             excluded,
             noisy: summary.is_noisy(),
+        }
+    }
+
+    /// The valid repetitions' summary, for comparing them with another cell's.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            n: self.n,
+            mean: self.mean,
+            sd: self.sd,
+            ci95: self.ci95,
+            cv: self.cv,
         }
     }
 
@@ -190,6 +212,14 @@ impl Cell {
         }
     }
 
+    /// What a repeated value's repetitions say together, for comparing it with another cell.
+    pub fn summary(&self) -> Option<Summary> {
+        match self {
+            Cell::Value { spread: Some(s), .. } => Some(s.summary()),
+            _ => None,
+        }
+    }
+
     /// The cell as people read it: `1647.2`, `×1.23`, `+4.1%`, `skipped: …`.
     pub fn text(&self) -> String {
         match self {
@@ -207,8 +237,15 @@ impl Cell {
                     None => shown,
                 }
             }
-            Cell::Ratio { value } => format!("×{value:.2}"),
-            Cell::Change { percent, verdict } => match verdict {
+            Cell::Ratio {
+                value,
+                interval: None,
+            } => format!("×{value:.2}"),
+            Cell::Ratio {
+                value,
+                interval: Some((low, high)),
+            } => format!("×{value:.2} [{low:.2}–{high:.2}]"),
+            Cell::Change { percent, verdict, .. } => match verdict {
                 Some(v) => format!("{percent:+.1}% {}", v.as_str()),
                 None => format!("{percent:+.1}%"),
             },
@@ -226,9 +263,14 @@ impl Cell {
     /// The reason a human format lists once under the table, and the short text that points
     /// to it (`skipped`, `FAILED`, `not run`, `invalid`, or the value with ✗ for a missed
     /// reference, `noisy` for a repeated point that varies too much, and the repetitions
-    /// excluded).
+    /// excluded; a judged change says what it was judged by).
     pub fn note(&self) -> Option<(String, String)> {
         match self {
+            Cell::Change {
+                verdict: Some(_),
+                test,
+                ..
+            } => Some((self.text(), judged_by(test.as_ref()))),
             Cell::Skipped { reason } => Some(("skipped".into(), reason.clone())),
             Cell::Failed { reason } => Some(("FAILED".into(), reason.clone())),
             Cell::NotRun { reason } => Some(("not run".into(), format!("not run: {reason}"))),
@@ -253,6 +295,33 @@ impl Cell {
             }
             _ => None,
         }
+    }
+}
+
+/// What a change's verdict rests on: Welch's test of the repetitions, or, with one measurement
+/// a side, the tolerance alone.
+fn judged_by(test: Option<&Welch>) -> String {
+    match test {
+        Some(w) if w.is_significant() => format!(
+            "significant (Welch's t-test of the repetitions: {}, below {ALPHA})",
+            p_text(w.p_value)
+        ),
+        Some(w) => format!(
+            "beyond the tolerance but not significant (Welch's t-test of the repetitions: {}, \
+             not below {ALPHA}): it may be noise",
+            p_text(w.p_value)
+        ),
+        None => "one measurement a side: judged against the tolerance alone, not against noise \
+                 (`repeat: N` measures each point N times and tests each change)"
+            .to_string(),
+    }
+}
+
+/// `p = 0.021`, or `p < 0.001` for what three decimals would show as 0.
+fn p_text(p: f64) -> String {
+    match p < 0.001 {
+        true => "p < 0.001".to_string(),
+        false => format!("p = {p:.3}"),
     }
 }
 
@@ -329,7 +398,7 @@ fn repeated(records: &[&Record], repetitions: &[u32], metric: &str) -> Cell {
         Some(summary) => Cell::Value {
             value: summary.mean,
             reference: None,
-            spread: Some(Spread::new(&summary, excluded)),
+            spread: Some(Spread::of(&summary, excluded)),
         },
         None => cells
             .into_iter()
@@ -379,10 +448,16 @@ mod tests {
         assert_eq!(Cell::value(1647.25).text(), "1647.2");
         assert_eq!(Cell::value(12.3456).text(), "12.35");
         assert_eq!(Cell::value(0.01234).text(), "0.012");
-        assert_eq!(Cell::Ratio { value: 1.234 }.text(), "×1.23");
+        let ratio = |interval| Cell::Ratio {
+            value: 1.234,
+            interval,
+        };
+        assert_eq!(ratio(None).text(), "×1.23");
+        assert_eq!(ratio(Some((1.2, 1.251))).text(), "×1.23 [1.20–1.25]");
         let change = Cell::Change {
             percent: -6.06,
             verdict: Some(Verdict::Regression),
+            test: None,
         };
         assert_eq!(change.text(), "-6.1% regression");
     }
@@ -405,5 +480,60 @@ mod tests {
         let (short, why) = missed.note().unwrap();
         assert_eq!(short, "1500 ✗");
         assert_eq!(why, "reference 2156 ±10%: 1500 is 30.4% below it");
+    }
+
+    fn record(repetition: u32, metrics: serde_json::Value, status: RecordStatus) -> Record {
+        Record {
+            run: "r".into(),
+            host: "h".into(),
+            step: "run-sweep".into(),
+            step_index: 0,
+            point: Default::default(),
+            metrics: serde_json::from_value(metrics).unwrap(),
+            status,
+            reason: (status == RecordStatus::Failed).then(|| "exit code 1".into()),
+            attempt: 1,
+            repetition,
+            variant: None,
+        }
+    }
+
+    /// Of five repetitions, one invalid and one failed: the mean, interval and noise are of the
+    /// other three alone (100, 102, 104: mean 102, s = 2, 4.303 × 2 / √3 = 4.97), and the note
+    /// counts the two left out.
+    #[test]
+    fn invalid_and_failed_repetitions_are_excluded_and_counted() {
+        let ok = |rep, x: f64| record(rep, serde_json::json!({"x": x}), RecordStatus::Ok);
+        let records = [
+            ok(1, 100.0),
+            record(
+                2,
+                serde_json::json!({"x": 5000.0, "valid": false, "problems": ["too few"]}),
+                RecordStatus::Ok,
+            ),
+            ok(3, 102.0),
+            record(4, serde_json::json!({}), RecordStatus::Failed),
+            ok(5, 104.0),
+        ];
+        let refs: Vec<&Record> = records.iter().collect();
+        let c = cell(Some(&refs), "x");
+        let Cell::Value {
+            value,
+            spread: Some(s),
+            ..
+        } = &c
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!((*value, s.n, s.excluded), (102.0, 3, 2));
+        assert!((s.ci95.unwrap() - 4.968).abs() < 1e-3, "{s:?}");
+        assert_eq!(c.text(), "102 ± 4.97");
+        let (_, why) = c.note().unwrap();
+        assert_eq!(why, "2 of 5 repetitions invalid or failed, excluded");
+        let all_bad: Vec<&Record> = refs.iter().copied().filter(|r| r.repetition % 2 == 0).collect();
+        assert!(
+            matches!(cell(Some(&all_bad), "x"), Cell::Invalid { .. }),
+            "none valid: the first reason"
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! The report's charts, from the records of one step across runs: output throughput against
 //! concurrency (log2, one line per host), TTFT p50/p99 against concurrency, per-request tok/s
 //! against total tok/s (the trade-off view), and prefill time (TTFT) against input length for
-//! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid measurements are drawn; a chart the data cannot support is
-//! left out with a sentence saying why.
+//! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid
+//! measurements are drawn; a repeated point is drawn at the mean of its valid repetitions, with an
+//! error bar of its 95% interval on the throughput and TTFT charts. A chart the data cannot
+//! support is left out with a sentence saying why.
 
 use indexmap::IndexMap;
 use serde_json::Value as Json;
@@ -11,28 +13,41 @@ use super::cell::format_number;
 use super::cell::invalid_reason;
 use super::compare::run_label;
 use super::scaling::{concurrency_of, series_name};
+use super::stats::Summary;
 use super::svg::{tooltip, Chart, Limit, Point, Scale, Series};
 use super::Run;
 use crate::events::{Record, RecordStatus};
 
-/// One valid measurement of the step.
+/// One valid measurement of the step, or the valid repetitions of a repeated point together.
 struct Sample<'a> {
     /// Host (and other axes, and run when there are several).
     series: String,
     /// The host (and run) alone, for charts whose x axis is one of the other axes.
     host: String,
     concurrency: Option<f64>,
-    record: &'a Record,
+    /// The point's records, one per repetition measured (the last of each).
+    records: Vec<&'a Record>,
 }
 
 impl Sample<'_> {
+    /// The metric, the mean of the repetitions that report it.
     fn metric(&self, name: &str) -> Option<f64> {
-        self.record.metrics.get(name).and_then(Json::as_f64)
+        self.summary(name).map(|s| s.mean)
+    }
+
+    /// What the repetitions' values of `name` say together.
+    fn summary(&self, name: &str) -> Option<Summary> {
+        let values: Vec<f64> = self
+            .records
+            .iter()
+            .filter_map(|r| r.metrics.get(name).and_then(Json::as_f64))
+            .collect();
+        Summary::of(&values)
     }
 
     /// The input length: the point's `input_len`, else the one the benchmark reported.
     fn input_len(&self) -> Option<f64> {
-        self.record
+        self.records[0]
             .point
             .get("input_len")
             .and_then(Json::as_f64)
@@ -89,11 +104,20 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>
                 && r.status == RecordStatus::Ok
                 && invalid_reason(r).is_none()
         });
-        samples.extend(valid.map(|record| Sample {
-            series: format!("{}{suffix}", series_name(record)),
-            host: format!("{}{suffix}", record.host),
-            concurrency: concurrency_of(record),
-            record,
+        // Per point, per repetition, the last record; a point's repetitions make one sample.
+        let mut points: IndexMap<(String, String), IndexMap<u32, &Record>> = IndexMap::new();
+        for record in valid {
+            let key = (record.host.clone(), crate::point::label(&record.point));
+            points.entry(key).or_default().insert(record.repetition, record);
+        }
+        samples.extend(points.into_values().map(|reps| {
+            let records: Vec<&Record> = reps.into_values().collect();
+            Sample {
+                series: format!("{}{suffix}", series_name(records[0])),
+                host: format!("{}{suffix}", records[0].host),
+                concurrency: concurrency_of(records[0]),
+                records,
+            }
         }));
     }
     samples
@@ -154,10 +178,16 @@ fn lines(
 
 /// A point, when both coordinates are numbers.
 fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<Point> {
-    (x.is_finite() && y.is_finite()).then_some(Point { x, y, tooltip, label })
+    (x.is_finite() && y.is_finite()).then_some(Point {
+        x,
+        y,
+        tooltip,
+        label,
+        error: None,
+    })
 }
 
-/// Concurrency on x, `metric` on y, per series.
+/// Concurrency on x, `metric` on y, per series; a repeated point's error bar is its 95% interval.
 fn by_concurrency(
     samples: &[Sample],
     colors: &mut Colors,
@@ -171,8 +201,18 @@ fn by_concurrency(
         |s| (format!("{}{suffix}", s.series), s.series.clone()),
         |s| {
             let c = s.concurrency?;
-            let y = s.metric(metric)?;
-            point(c, y, tooltip("C", c, y, unit), None)
+            let y = s.summary(metric)?;
+            let mut tip = tooltip("C", c, y.mean, unit);
+            if let Some(hw) = y.ci95 {
+                tip.push_str(&format!(
+                    " ± {} (mean of {} repetitions, 95% interval)",
+                    format_number(hw),
+                    y.n
+                ));
+            }
+            let mut p = point(c, y.mean, tip, None)?;
+            p.error = y.ci95;
+            Some(p)
         },
     )
 }

@@ -7,6 +7,8 @@ use anyhow::Result;
 use super::baseline::Baseline;
 use super::grid::RunTables;
 use super::model::Grid;
+use super::slo::SloCapacity;
+use super::stats::{self, Welch};
 use super::steps::{pick_metric, StepRecords};
 use super::{Cell, Run, Verdict};
 
@@ -46,31 +48,46 @@ pub fn lower_is_better(metric: &str) -> bool {
         || ["duration", "failed", "errors"].contains(&m.as_str())
 }
 
-fn ratio(value: Option<f64>, base: Option<f64>) -> Cell {
-    match (value, base) {
-        (Some(v), Some(b)) if b != 0.0 => Cell::Ratio { value: v / b },
+/// A host's cell over the baseline's, with the ratio's 95% interval when both are repeated.
+fn ratio(cell: &Cell, base: &Cell) -> Cell {
+    match (cell.number(), base.number()) {
+        (Some(v), Some(b)) if b != 0.0 => Cell::Ratio {
+            value: v / b,
+            interval: cell
+                .summary()
+                .zip(base.summary())
+                .and_then(|(a, b)| stats::ratio_interval(&a, &b)),
+        },
         _ => Cell::Missing,
     }
 }
 
-/// The change from `base` to `value` in percent, judged when it exceeds the tolerance.
-fn change(value: Option<f64>, base: Option<f64>, tolerance: f64, metric: &str) -> Cell {
-    let (Some(v), Some(b)) = (value, base) else {
+/// The change from `base` to `cell` in percent, judged when it exceeds the tolerance: by the
+/// metric's direction, unless both are repeated and Welch's test finds the difference not
+/// significant (within noise).
+fn change(cell: &Cell, base: &Cell, tolerance: f64, metric: &str) -> Cell {
+    let (Some(v), Some(b)) = (cell.number(), base.number()) else {
         return Cell::Missing;
     };
     if b == 0.0 {
         return Cell::Missing;
     }
     let percent = (v / b - 1.0) * 100.0;
+    let test = cell
+        .summary()
+        .zip(base.summary())
+        .and_then(|(a, b)| Welch::test(&a, &b));
     // A change of exactly the tolerance is within it (95 / 100 is -5.000000000000004%).
-    let verdict = (percent.abs() > tolerance + 1e-9).then(|| {
-        if (percent < 0.0) == lower_is_better(metric) {
-            Verdict::Improvement
-        } else {
-            Verdict::Regression
-        }
+    let verdict = (percent.abs() > tolerance + 1e-9).then(|| match test {
+        Some(w) if !w.is_significant() => Verdict::WithinNoise,
+        _ if (percent < 0.0) == lower_is_better(metric) => Verdict::Improvement,
+        _ => Verdict::Regression,
     });
-    Cell::Change { percent, verdict }
+    Cell::Change {
+        percent,
+        verdict,
+        test,
+    }
 }
 
 /// The ratio columns of a run's tables: each column against its baseline (see `baseline.rs`).
@@ -108,7 +125,7 @@ impl Ratios {
         for row in &mut grid.rows {
             let ratios: Vec<Cell> = pairs
                 .iter()
-                .map(|&(c, b)| ratio(row[1 + c].number(), row[1 + b].number()))
+                .map(|&(c, b)| ratio(&row[1 + c], &row[1 + b]))
                 .collect();
             row.extend(ratios);
         }
@@ -173,6 +190,13 @@ impl<'a> Across<'a> {
             .into_iter()
             .map(|label| self.row(&matching, &label, &metric))
             .collect();
+        let labelled: Vec<(&str, Option<&StepRecords>)> = self
+            .runs
+            .iter()
+            .map(|r| run_label(self.runs, r))
+            .zip(matching.iter().copied())
+            .collect();
+        let slo = SloCapacity::across(&labelled, &metric, &self.hosts, &self.runs[0].manifest.slo);
         Grid {
             title: format!(
                 "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
@@ -186,7 +210,7 @@ impl<'a> Across<'a> {
             metric,
             rows,
             scaling: Vec::new(),
-            slo: None,
+            slo,
         }
     }
 
@@ -207,10 +231,9 @@ impl<'a> Across<'a> {
                     },
                 )
                 .collect();
-            let base = cells[0].number();
             let changes: Vec<Cell> = cells[1..]
                 .iter()
-                .map(|c| change(c.number(), base, self.opts.tolerance, metric))
+                .map(|c| change(c, &cells[0], self.opts.tolerance, metric))
                 .collect();
             row.extend(cells);
             row.extend(changes);
@@ -270,39 +293,82 @@ mod tests {
 
     #[test]
     fn ratios_and_changes_only_between_values() {
-        assert_eq!(ratio(Some(2.0), Some(1.0)).text(), "×2.00");
-        assert!(matches!(ratio(None, Some(1.0)), Cell::Missing));
-        assert!(matches!(ratio(Some(1.0), Some(0.0)), Cell::Missing));
+        let (two, one, zero) = (Cell::value(2.0), Cell::value(1.0), Cell::value(0.0));
+        assert_eq!(ratio(&two, &one).text(), "×2.00");
+        assert!(matches!(ratio(&Cell::Missing, &one), Cell::Missing));
+        assert!(matches!(ratio(&one, &zero), Cell::Missing));
         assert_eq!(
-            change(Some(95.0), Some(100.0), 5.0, "output_throughput").text(),
+            change(&Cell::value(95.0), &Cell::value(100.0), 5.0, "output_throughput").text(),
             "-5.0%"
         );
-        assert!(matches!(change(None, Some(100.0), 5.0, "x"), Cell::Missing));
+        assert!(matches!(
+            change(&Cell::Missing, &Cell::value(100.0), 5.0, "x"),
+            Cell::Missing
+        ));
     }
 
     #[test]
     fn changes_beyond_the_tolerance_are_judged_by_the_metric_direction() {
+        let change = |v: f64, b: f64, tol: f64, metric: &str| {
+            super::change(&Cell::value(v), &Cell::value(b), tol, metric)
+        };
         let t = "output_throughput";
-        assert_eq!(
-            change(Some(90.0), Some(100.0), 5.0, t).text(),
-            "-10.0% regression"
-        );
-        assert_eq!(
-            change(Some(110.0), Some(100.0), 5.0, t).text(),
-            "+10.0% improvement"
-        );
-        assert_eq!(change(Some(110.0), Some(100.0), 12.0, t).text(), "+10.0%");
+        assert_eq!(change(90.0, 100.0, 5.0, t).text(), "-10.0% regression");
+        assert_eq!(change(110.0, 100.0, 5.0, t).text(), "+10.0% improvement");
+        assert_eq!(change(110.0, 100.0, 12.0, t).text(), "+10.0%");
         let l = "p99_ttft_ms";
-        assert_eq!(
-            change(Some(110.0), Some(100.0), 5.0, l).text(),
-            "+10.0% regression"
-        );
-        assert_eq!(
-            change(Some(90.0), Some(100.0), 5.0, l).text(),
-            "-10.0% improvement"
-        );
+        assert_eq!(change(110.0, 100.0, 5.0, l).text(), "+10.0% regression");
+        assert_eq!(change(90.0, 100.0, 5.0, l).text(), "-10.0% improvement");
         assert!(lower_is_better("duration") && lower_is_better("mean_e2el_ms"));
         assert!(!lower_is_better("request_throughput") && !lower_is_better("completed"));
+    }
+
+    /// A repeated point's cell: the summary of `values`.
+    fn repeated(values: &[f64]) -> Cell {
+        let summary = stats::Summary::of(values).unwrap();
+        Cell::Value {
+            value: summary.mean,
+            reference: None,
+            spread: Some(super::super::cell::Spread::of(&summary, 0)),
+        }
+    }
+
+    #[test]
+    fn repeated_points_are_compared_against_their_noise() {
+        let t = "output_throughput";
+        let base = repeated(&[2411.0, 2398.0, 2425.0]);
+        let slower = repeated(&[2150.0, 2190.0, 2170.0]);
+        let change = change(&slower, &base, 5.0, t);
+        assert!(change.text().ends_with("% regression"), "{}", change.text());
+        let Cell::Change { test: Some(w), .. } = change else {
+            panic!()
+        };
+        assert!(w.p_value < 0.001, "{w:?}");
+        // 7% lower on average, but the repetitions spread so widely that it may be noise.
+        let wide = repeated(&[2600.0, 1900.0, 2250.0]);
+        let noise = super::change(&wide, &base, 5.0, t);
+        assert!(noise.text().ends_with("% within noise"), "{}", noise.text());
+        assert!(
+            noise.note().unwrap().1.contains("not significant"),
+            "{:?}",
+            noise.note()
+        );
+        // Within the tolerance: no verdict, as with one measurement.
+        let close = repeated(&[2400.0, 2390.0, 2410.0]);
+        assert_eq!(super::change(&close, &base, 5.0, t).note(), None);
+        // A ratio between repeated hosts carries its interval, one measured once does not.
+        assert!(
+            ratio(&slower, &base).text().starts_with("×0.90 [0.8"),
+            "{}",
+            ratio(&slower, &base).text()
+        );
+        assert_eq!(ratio(&Cell::value(2170.0), &base).text(), "×0.90");
+        let single = super::change(&Cell::value(2170.0), &Cell::value(2411.0), 5.0, t);
+        assert!(
+            single.note().unwrap().1.contains("tolerance alone"),
+            "{:?}",
+            single.note()
+        );
     }
 
     fn run(id: &str) -> Run {

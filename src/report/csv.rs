@@ -151,12 +151,23 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
             }));
             (value.to_string(), "ok", reasons.join("; "))
         }
-        Cell::Ratio { value } => (format!("{value:.4}"), "x", String::new()),
-        Cell::Change { percent, verdict } => (
-            format!("{percent:.4}"),
-            "%",
-            verdict.map(|v| v.as_str().to_string()).unwrap_or_default(),
+        Cell::Ratio { value, interval } => (
+            format!("{value:.4}"),
+            "x",
+            interval
+                .map(|(low, high)| format!("95% interval {low:.4}–{high:.4}"))
+                .unwrap_or_default(),
         ),
+        Cell::Change {
+            percent,
+            verdict,
+            test,
+        } => {
+            let verdict = verdict.map(|v| v.as_str().to_string());
+            let test = test.map(|w| format!("Welch's t-test p = {:.4}", w.p_value));
+            let reason: Vec<String> = verdict.into_iter().chain(test).collect();
+            (format!("{percent:.4}"), "%", reason.join("; "))
+        }
         Cell::Invalid { value, reason } => (
             value.map(|v| v.to_string()).unwrap_or_default(),
             "invalid",

@@ -8,6 +8,7 @@ use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
 use super::scaling::Series;
 use super::slo::SloCapacity;
+use super::stats::Welch;
 use super::{Cell, RefCheck, Verdict};
 
 pub fn render(report: &Report) -> String {
@@ -157,8 +158,14 @@ enum CellJson<'a> {
     Derived {
         value: f64,
         unit: &'static str,
+        /// A ratio's 95% interval, when both sides are repeated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        interval: Option<[f64; 2]>,
         #[serde(skip_serializing_if = "Option::is_none")]
         verdict: Option<Verdict>,
+        /// A change's Welch's t-test (t, df, p_value), when both sides are repeated.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        welch: Option<&'a Welch>,
     },
     Invalid {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,15 +200,23 @@ impl CellJson<'_> {
                 reference: reference.as_ref(),
                 spread: spread.as_ref(),
             },
-            Cell::Ratio { value } => CellJson::Derived {
+            Cell::Ratio { value, interval } => CellJson::Derived {
                 value: *value,
                 unit: "x",
+                interval: interval.map(|(low, high)| [low, high]),
                 verdict: None,
+                welch: None,
             },
-            Cell::Change { percent, verdict } => CellJson::Derived {
+            Cell::Change {
+                percent,
+                verdict,
+                test,
+            } => CellJson::Derived {
                 value: *percent,
                 unit: "%",
+                interval: None,
                 verdict: *verdict,
+                welch: test.as_ref(),
             },
             Cell::Invalid { value, reason } => CellJson::Invalid {
                 value: *value,

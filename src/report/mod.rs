@@ -21,7 +21,7 @@ mod planned;
 pub mod references;
 pub mod scaling;
 mod slo;
-mod stats;
+pub(crate) mod stats;
 mod steps;
 mod svg;
 mod table;

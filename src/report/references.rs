@@ -133,6 +133,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
                 Some(v) if r.expected.value != 0.0 => Cell::Change {
                     percent: (v / r.expected.value - 1.0) * 100.0,
                     verdict: None,
+                    test: None,
                 },
                 _ => Cell::Missing,
             };

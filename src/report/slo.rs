@@ -36,6 +36,10 @@ pub struct Capacity {
     pub within: Option<Within>,
     /// The value at `within` over the baseline host's, for the other hosts.
     pub ratio: Option<f64>,
+    /// What `ratio` divides by when it is not the table's baseline host: across runs, the
+    /// same series in the first run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_of: Option<String>,
     /// The first level above `within` (or the lowest, when none is within) that breaks a limit.
     pub breach: Option<Breach>,
 }
@@ -125,6 +129,56 @@ impl SloCapacity {
         self.baseline = Some(name.to_string());
     }
 
+    /// Across runs: every run's step judged by the same `limits` (the first run's), each series
+    /// named with its run (`a @<time>`) and, after the first run, its ratio to the same host's
+    /// series in the first run. `steps` pairs each run's label with its step, when it has it.
+    pub fn across(
+        steps: &[(&str, Option<&StepRecords>)],
+        metric: &str,
+        hosts: &[String],
+        limits: &Slo,
+    ) -> Option<SloCapacity> {
+        let mut series: Vec<(usize, Capacity)> = Vec::new();
+        for (run, (label, step)) in steps.iter().enumerate() {
+            let Some(capacity) = step.and_then(|s| SloCapacity::of(s, metric, hosts, limits)) else {
+                continue;
+            };
+            series.extend(capacity.series.into_iter().map(|mut s| {
+                s.name = format!("{} @{label}", s.name);
+                s.ratio = None;
+                (run, s)
+            }));
+        }
+        // Per host, its runs in order; ratios against the host's series of the first run.
+        series.sort_by_key(|(run, s)| (hosts.iter().position(|h| *h == s.host), *run));
+        let firsts: Vec<Capacity> = series
+            .iter()
+            .filter(|(run, _)| *run == 0)
+            .map(|(_, s)| s.clone())
+            .collect();
+        let series: Vec<Capacity> = series
+            .into_iter()
+            .map(|(run, mut s)| {
+                let first = firsts.iter().find(|f| f.host == s.host && f.axes == s.axes);
+                if let (true, Some(first)) = (run > 0, first) {
+                    let value = |c: &Capacity| c.within.as_ref().and_then(|w| w.value);
+                    s.ratio = value(&s)
+                        .zip(value(first))
+                        .filter(|(_, b)| *b != 0.0)
+                        .map(|(v, b)| v / b);
+                    s.ratio_of = Some(first.name.clone());
+                }
+                s
+            })
+            .collect();
+        (!series.is_empty()).then(|| SloCapacity {
+            limits: limits.clone(),
+            metric: metric.to_string(),
+            baseline: None,
+            series,
+        })
+    }
+
     /// The headline: `within SLO (p99_ttft_ms ≤ 2000): a: concurrency=64 at 2411
     /// output_throughput; b: concurrency=16 at 318 output_throughput (×0.13 of a)`.
     pub fn headline(&self) -> String {
@@ -161,7 +215,7 @@ impl SloCapacity {
             Some(v) => format!("at {} {}", format_number(v), self.metric),
             None => format!("({} not recorded there)", self.metric),
         };
-        let ratio = match (s.ratio, &self.baseline) {
+        let ratio = match (s.ratio, s.ratio_of.as_ref().or(self.baseline.as_ref())) {
             (Some(r), Some(base)) => format!(" (×{r:.2} of {base})"),
             _ => String::new(),
         };
@@ -199,6 +253,7 @@ fn capacity(name: String, host: String, mut rows: Vec<Row>, metric: &str, limits
         axes,
         within,
         ratio: None,
+        ratio_of: None,
         breach,
     })
 }

@@ -40,6 +40,8 @@ pub struct Point {
     pub tooltip: String,
     /// A short label drawn beside the marker (e.g. the concurrency on the trade-off view).
     pub label: Option<String>,
+    /// Half the height of an error bar around `y` (a repeated point's 95% interval).
+    pub error: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -186,7 +188,14 @@ impl Chart {
     pub fn render(&self) -> String {
         let x = Axis::new(self.x_scale, self.points().map(|p| p.x));
         let limits = self.limits.iter().map(|l| l.y);
-        let y = Axis::new(Scale::Linear, self.points().map(|p| p.y).chain(limits));
+        let bars = self.points().flat_map(|p| {
+            let e = p.error.unwrap_or(0.0);
+            [p.y - e, p.y + e]
+        });
+        let y = Axis::new(
+            Scale::Linear,
+            self.points().map(|p| p.y).chain(limits).chain(bars),
+        );
         let legend_rows = self.series.len().div_ceil(LEGEND_COLUMNS);
         let height = TOP + PLOT_HEIGHT + AXIS_SPACE + legend_rows as f64 * LEGEND_ROW + 8.0;
         let mut svg = String::new();
@@ -296,6 +305,15 @@ impl Chart {
         );
         for p in points {
             let (px, py) = (Self::px(x, p.x), Self::py(y, p.y));
+            if let Some(e) = p.error.filter(|e| *e > 0.0) {
+                let (top, bottom) = (Self::py(y, p.y + e), Self::py(y, p.y - e));
+                let _ = write!(
+                    svg,
+                    r#"<path class="error" d="M{px:.1},{top:.1}V{bottom:.1}M{:.1},{top:.1}h8M{:.1},{bottom:.1}h8" stroke="{color}" stroke-width="1.2" fill="none"/>"#,
+                    px - 4.0,
+                    px - 4.0
+                );
+            }
             let _ = write!(
                 svg,
                 r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{color}"><title>{}</title></circle>"#,
@@ -364,11 +382,27 @@ mod tests {
                         y,
                         tooltip: tooltip("C", x, y, "tok/s"),
                         label: None,
+                        error: None,
                     })
                     .collect(),
             }],
             limits: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_error_bar_is_drawn_around_its_point_and_the_axis_holds_it() {
+        let mut c = chart(Scale::Log2, &[(1.0, 100.0), (4.0, 300.0)]);
+        c.series[0].points[1].error = Some(50.0);
+        let svg = c.render();
+        assert_eq!(svg.matches(r#"<path class="error""#).count(), 1, "{svg}");
+        // The bar spans 250 to 350: the axis reaches 350 at least.
+        let y = Axis::new(Scale::Linear, [100.0, 250.0, 350.0].into_iter());
+        let (top, bottom) = (Chart::py(&y, 350.0), Chart::py(&y, 250.0));
+        assert!(
+            svg.contains(&format!("V{bottom:.1}")) && svg.contains(&format!(",{top:.1}V")),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::api::{self, ApiError, ChunkWriter, Generation, ResponseMeta, ServedModel, Usage};
 use super::engine::{Engine, Sink};
+use super::jitter::Jitter;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
 use super::scheduler::{JobSpec, Progress};
@@ -33,11 +34,13 @@ pub struct AppState {
     engine: Engine,
     /// Source of response ids.
     next_id: AtomicU64,
+    /// `--jitter`: each request's delay before it reaches the engine.
+    jitter: Option<Jitter>,
 }
 
 impl AppState {
-    /// State for serving `profile` with `engine`.
-    pub fn new(profile: &Profile, engine: Engine) -> Self {
+    /// State for serving `profile` with `engine`, each request delayed by `jitter` if given.
+    pub fn new(profile: &Profile, engine: Engine, jitter: Option<Jitter>) -> Self {
         let created = unix_time();
         Self {
             served: ServedModel {
@@ -50,6 +53,7 @@ impl AppState {
             prefix_block_tokens: profile.prefix_block_tokens,
             engine,
             next_id: AtomicU64::new(mix(created)),
+            jitter,
         }
     }
 
@@ -167,6 +171,14 @@ async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Resu
     let outputs: Vec<Completion> = (0..request.prompts.len())
         .map(|i| request.plan(i, app.natural_length))
         .collect();
+    // The delay is before the engine: the request reaches it (and is paced from) afterwards.
+    let arrived = match &app.jitter {
+        Some(jitter) => {
+            tokio::time::sleep(jitter.next_delay()).await;
+            Instant::now()
+        }
+        None => arrived,
+    };
     let (tx, rx) = unbounded_channel();
     for (choice, (prompt, output)) in request.prompts.iter().zip(&outputs).enumerate() {
         let spec = JobSpec {

@@ -6,6 +6,7 @@ mod api;
 mod connections;
 mod engine;
 mod http;
+mod jitter;
 mod perf;
 mod predict;
 mod prefix_cache;
@@ -21,6 +22,7 @@ use anyhow::{bail, Context as _};
 
 use self::connections::Closing;
 use self::engine::Engine;
+use self::jitter::Jitter;
 use self::profile::Profile;
 use crate::exit::{Exit, Invalid};
 
@@ -74,6 +76,14 @@ pub struct SimArgs {
         requires = "speculative_tokens"
     )]
     pub acceptance: f64,
+    /// Delay each request by a random time before it reaches the engine, uniform between 0 and
+    /// twice this mean (e.g. 20ms): run-to-run noise of a known size, for checking repeated
+    /// measurements and the statistics on them.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub jitter: Option<Duration>,
+    /// Seed of --jitter's delays: the n-th request of a seed waits as long in every run.
+    #[arg(long, default_value_t = 0, requires = "jitter")]
+    pub seed: u64,
 }
 
 /// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
@@ -109,7 +119,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
         after_response: args.close_after_response,
         when_idle: args.idle_timeout,
     };
-    serve(&profile, &args.host, args.port, closing)
+    let jitter = args.jitter.map(|mean| Jitter::new(mean, args.seed));
+    serve(&profile, &args.host, args.port, closing, jitter)
         .await
         .map(|()| Exit::Ok)
 }
@@ -151,7 +162,13 @@ fn print_predictions(
 }
 
 /// Binds, announces the address on stderr, and serves.
-async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> anyhow::Result<()> {
+async fn serve(
+    profile: &Profile,
+    host: &str,
+    port: u16,
+    closing: Closing,
+    jitter: Option<Jitter>,
+) -> anyhow::Result<()> {
     // Each stream holds a socket, and hosts often default to 1024 open files, fewer than C=1024
     // clients need: the soft limit goes up to the hard one (best effort, serving goes on without).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -160,7 +177,7 @@ async fn serve(profile: &Profile, host: &str, port: u16, closing: Closing) -> an
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let address = listener.local_addr()?;
     let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
-    let app = http::router(Arc::new(http::AppState::new(profile, engine)));
+    let app = http::router(Arc::new(http::AppState::new(profile, engine, jitter)));
     eprintln!(
         "rigrun sim: serving {} on http://{address} (profile {})",
         profile.model, profile.name

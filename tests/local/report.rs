@@ -183,7 +183,11 @@ fn compare_gives_ratios_within_a_run_and_changes_across_runs() {
     let (md, _) = text(&out);
     assert!(md.contains("changes beyond ±5% marked"), "{md}");
     let row = md.lines().find(|l| l.starts_with("| concurrency=4 |")).unwrap();
-    assert!(row.contains("| -10.0% regression |"), "{row}");
+    assert!(row.contains("| -10.0% regression [1] |"), "{row}");
+    assert!(
+        md.contains("[1] one measurement a side: judged against the tolerance alone"),
+        "with one repetition the note says what the verdict rests on: {md}"
+    );
     let out = rigrun()
         .args(["compare", first, second, "--tolerance", "15%"])
         .output()

@@ -168,3 +168,132 @@ fn a_bad_slo_is_refused_naming_the_bad_part() {
         "{stderr}"
     );
 }
+
+/// The demo's two hosts, as recorded in a fixture run of `playbooks/demo.yaml`: the capacity
+/// under a TPOT limit is the one the sim's own model predicts for each host's profile
+/// (`rigrun sim --predict` at the demo's lengths, at the levels the host measured). The limit
+/// sits at least 5% away from every predicted value, so the test is about the model, not rounding.
+#[test]
+fn slo_capacity_on_the_demo_hosts_matches_the_sims_prediction() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/runs/20261201T102538Z-demo"
+    );
+    let limit = 50.0;
+    let manifest = std::fs::read_to_string(format!("{fixture}/run.json")).unwrap();
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(format!("{fixture}/records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let json: serde_json::Value = serde_json::from_str(&rigrun_ok(
+        &[
+            "compare",
+            fixture,
+            "--slo",
+            &format!("mean_tpot_ms={limit}"),
+            "--format",
+            "json",
+        ],
+        0,
+    ))
+    .unwrap();
+    let series = json[0]["slo"]["series"].as_array().unwrap();
+    for (host, profile) in [
+        ("blackwell", "blackwell-8x-rtxpro6000-qwen3.5-397b-nvfp4"),
+        ("a6000", "a6000-qwen3.6-27b"),
+    ] {
+        assert!(
+            manifest.contains(&format!("profile: {profile}")),
+            "the demo's {host} serves {profile}"
+        );
+        let measured: Vec<String> = records
+            .iter()
+            .filter(|r| r["host"] == host && r["status"] == "ok" && r["point"]["concurrency"].is_u64())
+            .map(|r| r["point"]["concurrency"].to_string())
+            .collect();
+        let out = rigrun()
+            .args(["sim", "--profile", profile, "--predict", &measured.join(",")])
+            .args(["--input-len", "1000", "--output-len", "32"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{:?}", text(&out));
+        let predicted: Vec<(f64, f64)> = text(&out)
+            .0
+            .lines()
+            .map(|l| {
+                let p: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    p["max_concurrency"].as_f64().unwrap(),
+                    p["mean_tpot_ms"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(
+            predicted
+                .iter()
+                .all(|(_, tpot)| (tpot / limit - 1.0).abs() > 0.05),
+            "{predicted:?}"
+        );
+        let capacity = predicted
+            .iter()
+            .rev()
+            .find(|(_, tpot)| *tpot <= limit)
+            .map(|(c, _)| *c);
+        assert!(
+            capacity.is_some(),
+            "{host} meets {limit} ms at C=1: {predicted:?}"
+        );
+        let reported = series.iter().find(|s| s["host"] == host).unwrap();
+        assert_eq!(
+            reported["within"]["concurrency"].as_f64(),
+            capacity,
+            "{host}: {reported}"
+        );
+    }
+}
+
+/// Across runs, each host's capacity in every run, judged by the same limits, with its ratio to
+/// the host's capacity in the first run: here the second run slows every host to speed 100, so
+/// `fast` falls from C=16 to C=4 (throughput 100·4^0.7 against 200·16^0.7).
+#[test]
+fn compare_across_runs_gives_each_runs_capacity_against_the_first() {
+    let dir = setup(PLAYBOOK);
+    let (first, _) = run(dir.path(), &[]);
+    let (second, _) = run(dir.path(), &["-e", "speed=100"]);
+    let (first, second) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let table = rigrun_ok(&["compare", first, second], 0);
+    let headline = table
+        .lines()
+        .find(|l| l.contains("within SLO ("))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        headline.contains("fast @") && headline.contains("slow @"),
+        "{headline}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&rigrun_ok(&["compare", first, second, "--format", "json"], 0)).unwrap();
+    let series = json[0]["slo"]["series"].as_array().unwrap();
+    let names: Vec<&str> = series.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names[0].starts_with("fast @") && names[1].starts_with("fast @"),
+        "{names:?}"
+    );
+    assert_eq!(series[0]["within"]["concurrency"], 16.0);
+    assert_eq!(series[1]["within"]["concurrency"], 4.0);
+    assert_eq!(series[1]["ratio_of"], names[0]);
+    let expected = (100.0 * 4f64.powf(0.7)) / (200.0 * 16f64.powf(0.7));
+    assert!(
+        (series[1]["ratio"].as_f64().unwrap() - expected).abs() < 1e-3,
+        "{}",
+        series[1]
+    );
+    assert!(
+        headline.contains(&format!("(×{expected:.2} of {})", names[0])),
+        "{headline}"
+    );
+    // `--slo` judges every run by the limits given.
+    let loose = rigrun_ok(&["compare", first, second, "--slo", "p99_ttft_ms=100000"], 0);
+    assert!(loose.contains("within SLO (p99_ttft_ms ≤ 100000)"), "{loose}");
+}

@@ -166,3 +166,57 @@ fn resume_refuses_what_it_cannot_go_on_with() {
     let (code, _, stderr) = rigrun_in(dir.path(), &["run", "p.yaml", "--redo-failed"]);
     assert_eq!(code, Some(2), "{stderr}");
 }
+
+/// A repeated sweep (`repeat: 3`, interleaved) stopped by SIGTERM during its third run of a
+/// point (n=1, repetition 2), then resumed: the repetitions that finished are kept, the cut one
+/// runs again, the rest run once each — every (point, repetition) ends with one ok record.
+#[test]
+fn a_repeated_sweep_resumes_at_the_repetition_it_was_stopped_in() {
+    use crate::resume_support::{spawn, wait_for_event};
+    let dir = setup();
+    let (log, go) = (dir.path().join("ran"), dir.path().join("go"));
+    let playbook = format!(
+        "name: reps\nsteps:\n  - run-sweep:\n      repeat: 3\n      matrix: {{n: [1, 2]}}\n      command: >-\n        \
+         echo {{{{ n }}}} >> {log}; if [ $(wc -l < {log}) -eq 3 ]; then i=0; while [ ! -e {go} ] && [ $i -lt 3000 ];\n        \
+         do sleep 0.1; i=$((i+1)); done; fi; echo '{{\"x\": {{{{ n }}}}}}'\n",
+        log = log.display(),
+        go = go.display()
+    );
+    std::fs::write(dir.path().join("p.yaml"), playbook).unwrap();
+    let child = spawn(dir.path(), &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
+    let run_dir = wait_for_event(&dir.path().join("runs"), |e| {
+        e["event"] == "point_started" && e["point"] == "n=1" && e["repetition"] == 2
+    });
+    crate::common::sh("kill", &["-TERM", &child.id().to_string()]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+
+    std::fs::write(&go, "").unwrap();
+    let (code, stdout, stderr) = rigrun_in(dir.path(), &["run", "--resume", run_dir.to_str().unwrap(), "-q"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        ran.split_whitespace().collect::<Vec<_>>(),
+        ["1", "2", "1", "1", "2", "1", "2"],
+        "finished repetitions are not run again; the cut one is"
+    );
+    let mut measured: Vec<(u64, u64)> = latest_records(&run_dir)
+        .iter()
+        .filter(|r| r["status"] == "ok")
+        .map(|r| {
+            (
+                r["point"]["n"].as_u64().unwrap(),
+                r["repetition"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    measured.sort_unstable();
+    assert_eq!(measured, [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]);
+    let shown = rigrun_in(
+        dir.path(),
+        &["show", run_dir.to_str().unwrap(), "--format", "json"],
+    )
+    .1;
+    let table: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(table[0]["rows"][0][1]["n"], 3, "{shown}");
+}

@@ -62,7 +62,7 @@ pub fn point_started(event: &Value, point: &str) -> bool {
     event["event"] == "point_started" && event["point"] == point
 }
 
-/// Per host, step and point: the records of its latest attempt.
+/// Per host, step, point and repetition: the records of its latest attempt.
 pub fn latest_records(run_dir: &Path) -> Vec<Value> {
     let all = records(run_dir);
     let key = |r: &Value| {
@@ -70,6 +70,7 @@ pub fn latest_records(run_dir: &Path) -> Vec<Value> {
             r["host"].to_string(),
             r["step_index"].to_string(),
             r["point"].to_string(),
+            r["repetition"].as_u64().unwrap_or(1),
         )
     };
     let attempt = |r: &Value| r["attempt"].as_u64().unwrap_or(1);
