@@ -26,6 +26,9 @@ use crate::transport::{line_text, Job, JobEnd, Output};
 
 const TAIL_LINES: usize = 20;
 
+/// Lines of its log quoted when a server exits before answering.
+const GONE_LINES: usize = 5;
+
 /// A server rigrun keeps running for the rest of the host's playbook.
 pub struct BackgroundServer {
     pub name: String,
@@ -51,7 +54,12 @@ impl Watch {
     pub(super) fn gone(watch: &Mutex<Watch>) -> Option<String> {
         let w = watch.lock().ok()?;
         let ended = w.ended.clone()?;
-        let tail: Vec<_> = w.tail.iter().rev().take(3).rev().cloned().collect();
+        // Its last words, where a bad flag or an out-of-memory error is said.
+        let said: Vec<&String> = w.tail.iter().filter(|l| !l.trim().is_empty()).collect();
+        let tail: Vec<&str> = said[said.len().saturating_sub(GONE_LINES)..]
+            .iter()
+            .map(|l| l.as_str())
+            .collect();
         Some(format!(
             "the server exited ({ended}) before answering; its last lines: {}",
             tail.join(" | ")

@@ -104,6 +104,10 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
                 reason.starts_with("failed to start: the server exited"),
                 "{reason}"
             );
+            assert!(
+                reason.contains("unexpected argument '--no-such-flag'"),
+                "{reason}"
+            );
         }
     }
     // The manifest keeps each variant's start: timed when ready, the log's tail when not.

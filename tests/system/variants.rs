@@ -84,11 +84,18 @@ fn each_variant_is_started_measured_and_stopped_in_turn_on_two_namespaced_hosts(
         }
         let bad = sweep("badflag");
         assert_eq!(bad.len(), 2, "{host}: {recs:?}");
-        assert!(bad.iter().all(|r| r["status"] == "failed"
-            && r["reason"]
-                .as_str()
-                .unwrap()
-                .starts_with("failed to start: the server exited")));
+        for r in bad {
+            let reason = r["reason"].as_str().unwrap();
+            assert_eq!(r["status"], "failed");
+            assert!(
+                reason.starts_with("failed to start: the server exited"),
+                "{reason}"
+            );
+            assert!(
+                reason.contains("unexpected argument '--no-such-flag'"),
+                "{reason}"
+            );
+        }
 
         let variants = &manifest["hosts"][host]["variants"];
         let labels: Vec<&String> = variants.as_object().unwrap().keys().collect();
