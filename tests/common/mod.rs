@@ -420,6 +420,24 @@ impl NetnsHosts {
     }
 }
 
+/// Asserts that `records` are the points of a server variant started with `--no-such-flag`:
+/// failed to start, the server's own error quoted.
+pub fn assert_failed_on_a_bad_flag(records: &[&serde_json::Value]) {
+    assert!(!records.is_empty(), "no record of the variant with the bad flag");
+    for r in records {
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert_eq!(r["status"], "failed", "{r}");
+        assert!(
+            reason.starts_with("failed to start: the server exited"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("unexpected argument '--no-such-flag'"),
+            "{reason}"
+        );
+    }
+}
+
 #[allow(unused_imports)]
 pub use rigrun::testutil::wait_until_gone;
 

@@ -97,18 +97,7 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
         assert!(of(host, "on").iter().all(|r| r["status"] == "ok"));
         let broken = of(host, "broken");
         assert_eq!(broken.len(), 2, "{recs:?}");
-        for r in broken {
-            assert_eq!(r["status"], "failed");
-            let reason = r["reason"].as_str().unwrap();
-            assert!(
-                reason.starts_with("failed to start: the server exited"),
-                "{reason}"
-            );
-            assert!(
-                reason.contains("unexpected argument '--no-such-flag'"),
-                "{reason}"
-            );
-        }
+        crate::common::assert_failed_on_a_bad_flag(&broken);
     }
     // The manifest keeps each variant's start: timed when ready, the log's tail when not.
     let manifest = crate::common::manifest(&run);

@@ -84,18 +84,7 @@ fn each_variant_is_started_measured_and_stopped_in_turn_on_two_namespaced_hosts(
         }
         let bad = sweep("badflag");
         assert_eq!(bad.len(), 2, "{host}: {recs:?}");
-        for r in bad {
-            let reason = r["reason"].as_str().unwrap();
-            assert_eq!(r["status"], "failed");
-            assert!(
-                reason.starts_with("failed to start: the server exited"),
-                "{reason}"
-            );
-            assert!(
-                reason.contains("unexpected argument '--no-such-flag'"),
-                "{reason}"
-            );
-        }
+        assert_failed_on_a_bad_flag(&bad);
 
         let variants = &manifest["hosts"][host]["variants"];
         let labels: Vec<&String> = variants.as_object().unwrap().keys().collect();
