@@ -496,4 +496,63 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "started twice");
     }
+
+    /// `end` stops a job and, where the host has nvidia-smi, waits until none of its pids holds
+    /// GPU memory: here an nvidia-smi on PATH that lists the job's process for its first three
+    /// queries, as a driver does while it releases a killed process's memory.
+    #[tokio::test]
+    async fn end_waits_until_the_gpus_no_longer_list_the_jobs_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let (pid_file, count) = (dir.path().join("child"), dir.path().join("queries"));
+        let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let following = tokio::spawn({
+            let transport = transport.clone();
+            async move { run(&transport, "v01-server-a", &command, None).await }
+        });
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; [ \"$n\" -lt 3 ] && cat {p}; exit 0\n",
+            c = count.display(),
+            p = pid_file.display()
+        );
+        std::fs::write(bin.join("nvidia-smi"), fake).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(bin.join("nvidia-smi"), executable).unwrap();
+        let script = dir.path().join("job.sh");
+        std::fs::write(&script, JOB).unwrap();
+        let jobs = dir.path().join("jobs").display().to_string();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let out = std::process::Command::new("sh")
+            .args([
+                &script.display().to_string(),
+                "end",
+                &jobs,
+                "v01-*",
+                "M",
+                "keep",
+                "0",
+                "0",
+                "-",
+                "60",
+                "5",
+            ])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("M:start\nM:end 0 "), "{stderr}");
+        let queries: u32 = std::fs::read_to_string(&count).unwrap().trim().parse().unwrap();
+        assert!(
+            queries >= 4,
+            "ended after {queries} nvidia-smi queries, while the GPU still listed it"
+        );
+        let child = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(wait_until_gone(child.trim()), "the job outlived end");
+        following.abort();
+    }
 }
