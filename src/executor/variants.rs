@@ -4,6 +4,7 @@
 //! its points failed as `failed to start`, and the next variant runs.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde_json::{json, Value as Json};
 
@@ -37,7 +38,8 @@ pub(super) async fn run(job: &HostJob, ctx: &mut HostCtx, vars: HostVars) -> Opt
         if work.is_done() {
             continue;
         }
-        ctx.work = work.clone();
+        // The variant's server starts anew: a point cut short runs again, not re-attached.
+        ctx.work = Arc::new(work.with_server_restarted());
         ctx.variant = Some(plan.variant.clone());
         match run_variant(job, ctx, plan, &vars).await {
             Ok(failure) => first_failure = first_failure.or(failure),

@@ -112,6 +112,24 @@ fn a_new_host_runs_everything_as_first_attempts() {
 }
 
 #[test]
+fn against_a_server_started_anew_a_cut_short_point_runs_as_its_next_attempt() {
+    let w = work(killed_mid_sweep(), Redo::default()).with_server_restarted();
+    assert_eq!(
+        w.point(1, "n=2", 1),
+        PointWork::Run { attempt: 2 },
+        "not re-attached"
+    );
+    assert_eq!(
+        w.point(1, "n=1", 1),
+        PointWork::Keep {
+            attempt: 1,
+            kept: Kept::Ok
+        }
+    );
+    assert_eq!(w.point(1, "n=3", 1), PointWork::Run { attempt: 1 });
+}
+
+#[test]
 fn a_cut_short_point_runs_again_as_the_same_attempt_and_measured_ones_stand() {
     let w = work(killed_mid_sweep(), Redo::default());
     assert_eq!(

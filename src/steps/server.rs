@@ -43,13 +43,11 @@ pub struct StartFailure {
     pub details: Json,
 }
 
-/// The run's server jobs on a host: every variant's, and `start-server`'s.
-const SERVER_JOBS: &str = "*server-*";
-
-/// Stops every server of the run still on the host (a resumed run's, left by a rigrun that was
-/// killed) and makes sure they are gone, before a variant starts.
+/// Stops every job of the run still on the host — a server, or a point that measured it, left
+/// by a rigrun that was killed (a resumed run's) — and makes sure they are gone, before a
+/// variant starts: nothing of the run may share the host with the variant's server.
 pub async fn stop_leftovers(ctx: &HostCtx, grace: Duration) -> Result<()> {
-    ctx.transport.end_jobs(SERVER_JOBS, grace).await.map(drop)
+    ctx.transport.end_jobs("*", grace).await.map(drop)
 }
 
 /// Starts the variant's server and waits until it answers, lists the model and (with `smoke`)

@@ -90,7 +90,7 @@ end)
   # Every job whose name matches the pattern $3, stopped and gone; their process groups said.
   grace=${10:-20}; ended=
   for f in "$2"/$3.pid; do
-    [ -s "$f" ] || continue
+    [ -s "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
     j=${f%.pid}; group; members; stop ended
     n=0; while alive && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
     alive && finish "error process group $p is still there 10s after SIGKILL"

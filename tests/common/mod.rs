@@ -420,6 +420,19 @@ impl NetnsHosts {
     }
 }
 
+/// This machine's processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmd.contains(needle).then_some(cmd)
+        })
+        .collect()
+}
+
 /// Asserts that `records` are the points of a server variant started with `--no-such-flag`:
 /// failed to start, the server's own error quoted.
 pub fn assert_failed_on_a_bad_flag(records: &[&serde_json::Value]) {
