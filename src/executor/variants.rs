@@ -15,7 +15,8 @@ use crate::config::HostVars;
 use crate::events::{Event, PointRun, Record, RecordStatus, Status};
 use crate::plan;
 use crate::resume::PointWork;
-use crate::steps::{server, HostCtx};
+use crate::steps::server::{self, StartFailure};
+use crate::steps::HostCtx;
 
 /// The name of the startup figures' table: one row per variant's server start.
 pub const STARTUP_STEP: &str = "server startup";
@@ -72,38 +73,26 @@ async fn run_variant(
     server::stop_leftovers(ctx, plan.stop_grace)
         .await
         .map_err(|e| at("stopping the servers before it", format!("{e:#}")))?;
+    let taken = server::already_answered(ctx, plan)
+        .await
+        .map_err(|e| at("checking its URL", format!("{e:#}")))?;
+    if let Some(reason) = taken {
+        let details = json!({ "command": plan.command });
+        return Ok(Some(failed_to_start(
+            job,
+            ctx,
+            (plan, vars),
+            StartFailure { reason, details },
+        )));
+    }
     let (running, ready) = server::start(ctx, plan)
         .await
         .map_err(|e| at("starting the server", format!("{e:#}")))?;
     let failure = match ready {
-        Ok(startup) => {
-            ready_event(ctx, &name, Status::Ok, None, startup.clone());
-            startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
-            let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
-            // Servers the steps started (`start-server`) belong to this variant too.
-            for started in ctx.servers.drain(..) {
-                started.stop();
-            }
-            stop.map(|s| at(&s.step, s.error))
-        }
-        Err(failed) => {
-            let reason = format!("failed to start: {}", failed.reason);
-            ready_event(
-                ctx,
-                &name,
-                Status::Failed,
-                Some(reason.clone()),
-                failed.details.clone(),
-            );
-            startup_record(
-                ctx,
-                job.config.playbook.steps.len(),
-                &failed.details,
-                Some(&reason),
-            );
-            fail_steps(job, ctx, &plan.variant.vars(vars), &reason);
-            Some(at("server", reason))
-        }
+        Ok(startup) => measure(job, ctx, (plan, vars), startup)
+            .await
+            .map(|s| at(&s.step, s.error)),
+        Err(failed) => Some(failed_to_start(job, ctx, (plan, vars), failed)),
     };
     let stopped = server::stop(ctx, running).await;
     job.emit(Event::VariantStopped {
@@ -118,6 +107,54 @@ async fn run_variant(
             "stopping the server",
             format!("{e:#}; no further variant is started on this host"),
         )),
+    }
+}
+
+/// A variant whose server is up: its startup said and recorded, the steps run against it (and
+/// the servers they started stopped with it); where the host stopped, if it did.
+async fn measure(
+    job: &HostJob,
+    ctx: &mut HostCtx,
+    (plan, vars): (&ServerPlan, &HostVars),
+    startup: Json,
+) -> Option<Stop> {
+    let name = plan.variant.name().unwrap_or("server");
+    ready_event(ctx, name, Status::Ok, None, startup.clone());
+    startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
+    let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
+    for started in ctx.servers.drain(..) {
+        started.stop();
+    }
+    stop
+}
+
+/// A variant whose server did not come up: said (event, startup record), its steps' points
+/// failed with the reason; where the host stops.
+fn failed_to_start(
+    job: &HostJob,
+    ctx: &HostCtx,
+    (plan, vars): (&ServerPlan, &HostVars),
+    failed: StartFailure,
+) -> Stop {
+    let name = plan.variant.name().unwrap_or("server");
+    let reason = format!("failed to start: {}", failed.reason);
+    ready_event(
+        ctx,
+        name,
+        Status::Failed,
+        Some(reason.clone()),
+        failed.details.clone(),
+    );
+    startup_record(
+        ctx,
+        job.config.playbook.steps.len(),
+        &failed.details,
+        Some(&reason),
+    );
+    fail_steps(job, ctx, &plan.variant.vars(vars), &reason);
+    Stop {
+        step: format!("{name}: server"),
+        error: reason,
     }
 }
 

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 use tokio::task::JoinHandle;
 
-use super::http::{smoke, wait_until_up};
+use super::http::{get_models, smoke, wait_until_up};
 use super::start_server::{spawn_job, Watch};
 use super::verify_server::api_key;
 use super::HostCtx;
@@ -48,6 +48,21 @@ pub struct StartFailure {
 /// variant starts: nothing of the run may share the host with the variant's server.
 pub async fn stop_leftovers(ctx: &HostCtx, grace: Duration) -> Result<()> {
     ctx.transport.end_jobs("*", grace).await.map(drop)
+}
+
+/// Why the variant cannot start, when something already answers at its URL before its server
+/// is launched (the host's own server, left running): it, not the variant, would be measured.
+pub async fn already_answered(ctx: &HostCtx, plan: &ServerPlan) -> Result<Option<String>> {
+    let key = api_key(plan.api_key_env.as_deref())?;
+    let endpoint = ctx.transport.http_endpoint(&plan.url).await?;
+    let answered = get_models(&endpoint, key.as_deref()).await.ok();
+    Ok(answered.map(|info| {
+        format!(
+            "something already answers at {} (serving {}) before the server was launched: stop it first (the host's own server?), or give this one another port",
+            plan.url,
+            info.models.join(", ")
+        )
+    }))
 }
 
 /// Starts the variant's server and waits until it answers, lists the model and (with `smoke`)

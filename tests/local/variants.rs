@@ -377,3 +377,36 @@ steps:
     );
     assert_eq!(sweep("answers")[0]["status"], "ok", "{recs:?}");
 }
+
+#[test]
+fn a_variant_whose_url_another_server_answers_fails_to_start_and_leaves_that_server_alone() {
+    let other = crate::sim_support::Sim::start("tiny", &["--model", "someone/else"]);
+    let port = other
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let playbook = format!(
+        "name: taken\nserver:\n  command: \"{{{{ rigrun }}}} sim --profile tiny --port {port}\"\n  \
+         url: http://127.0.0.1:{port}\n  variants: {{v: [a]}}\nsteps:\n  - run-sweep:\n      \
+         matrix: {{n: [1]}}\n      command: \"echo '{{\\\"x\\\": 1}}'\"\n"
+    );
+    std::fs::write(dir.join("hosts.yaml"), "hosts:\n  a: {connection: local}\n").unwrap();
+    std::fs::write(dir.join("p.yaml"), playbook).unwrap();
+    let (code, stdout, stderr) = rigrun_in(dir, &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let recs = records(&only_run_dir(&dir.join("runs")));
+    let point = recs.iter().find(|r| r["step"] == "run-sweep").unwrap();
+    let reason = point["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("failed to start: something already answers at")
+            && reason.contains("someone/else"),
+        "{reason}"
+    );
+    let alive = std::path::Path::new(&format!("/proc/{}", other.pid())).exists();
+    assert!(alive, "the other server was stopped");
+}
