@@ -8,6 +8,8 @@ printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
 finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
 group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; }
+# Whether process group $p exists (zombies included): what stop waits for, unless live=alive.
+exists() { kill -0 -"$p" 2>/dev/null; }
 # Whether process group $p has a process that is not a zombie (where no init reaps orphans,
 # the exited stay in the table; they hold no memory). Without ps: whether the group exists.
 alive() {
@@ -19,7 +21,7 @@ stop() {
   group; [ -n "$p" ] || return 0
   [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
   kill -TERM -"$p" 2>/dev/null || return 0
-  n=0; while alive && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
+  n=0; while ${live:-exists} && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL -"$p" 2>/dev/null; return 0
 }
 # The pids of process group $p, to look for on the GPUs once the group is gone.
@@ -88,7 +90,7 @@ close)
 stop) stop "$8"; outcome; finish "$rc";;
 end)
   # Every job whose name matches the pattern $3, stopped and gone; their process groups said.
-  grace=${10:-20}; ended=
+  grace=${10:-20}; live=alive; ended=
   for f in "$2"/$3.pid; do
     [ -s "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
     j=${f%.pid}; group; members; stop ended
