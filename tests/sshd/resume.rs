@@ -57,28 +57,9 @@ fn a_point_still_running_when_rigrun_was_killed_is_reattached_not_run_twice() {
     let child = spawn(dir.path(), &args);
     let run_dir = wait_for_event(&runs, |e| point_started(e, "n=2"));
     let waiting = || std::fs::read_to_string(starts.join("2")).is_ok_and(|s| s == "started\n");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !waiting() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "point 2 never started on the host"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    sh("kill", &["-KILL", &child.id().to_string()]);
-    let _ = child.wait_with_output();
+    wait_on_host("point 2 never started on the host", waiting);
     let needle = go.display().to_string();
-    assert!(
-        !processes_with(&needle).is_empty(),
-        "point 2's command died with rigrun; it should wait for its lease"
-    );
-
-    std::fs::write(&go, "").unwrap();
-    let out = rigrun()
-        .current_dir(dir.path())
-        .args(["run", "--resume", run_dir.to_str().unwrap(), "-q"])
-        .output()
-        .unwrap();
+    let out = kill_and_resume(dir.path(), child, &run_dir, (&needle, "point 2's command"), &go);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert_eq!(
@@ -126,28 +107,14 @@ fn a_variant_cut_short_by_sigkill_is_restarted_once_what_it_left_is_stopped() {
     let runs_arg = runs.display().to_string();
     let child = spawn(dir.path(), &["run", "killed.yaml", "--runs-dir", &runs_arg, "-q"]);
     let run_dir = wait_for_event(&runs, |e| e["variant"] == "v=two" && point_started(e, "n=2"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !waiting.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the point never started on the host"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    sh("kill", &["-KILL", &child.id().to_string()]);
-    let _ = child.wait_with_output();
-    let left = processes_with(&server);
-    assert!(
-        !left.is_empty(),
-        "the variant's server died with rigrun; it should wait for its lease"
+    wait_on_host("the point never started on the host", || waiting.exists());
+    let out = kill_and_resume(
+        dir.path(),
+        child,
+        &run_dir,
+        (&server, "the variant's server"),
+        &go,
     );
-
-    std::fs::write(&go, "").unwrap();
-    let out = rigrun()
-        .current_dir(dir.path())
-        .args(["run", "--resume", run_dir.to_str().unwrap(), "-q"])
-        .output()
-        .unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert_eq!(
@@ -184,4 +151,36 @@ fn a_variant_cut_short_by_sigkill_is_restarted_once_what_it_left_is_stopped() {
         [("ok".to_string(), 2)],
         "the cut-short point, measured again"
     );
+}
+
+/// Waits (up to 30 s) until `ready` holds; `never` says what did not happen otherwise.
+fn wait_on_host(never: &str, ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// SIGKILLs rigrun (`child`), checks that what `needle` names (`what`) lives on on the host
+/// (its lease has not run out), creates `go` and resumes the run; returns the resume's output.
+fn kill_and_resume(
+    dir: &std::path::Path,
+    child: std::process::Child,
+    run_dir: &std::path::Path,
+    (needle, what): (&str, &str),
+    go: &std::path::Path,
+) -> std::process::Output {
+    sh("kill", &["-KILL", &child.id().to_string()]);
+    let _ = child.wait_with_output();
+    assert!(
+        !processes_with(needle).is_empty(),
+        "{what} died with rigrun; it should wait for its lease"
+    );
+    std::fs::write(go, "").unwrap();
+    rigrun()
+        .current_dir(dir)
+        .args(["run", "--resume", run_dir.to_str().unwrap(), "-q"])
+        .output()
+        .unwrap()
 }
