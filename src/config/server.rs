@@ -51,8 +51,8 @@ pub struct ServerSpec {
     pub api_key_env: Option<String>,
     /// How long a stopped server may take to exit after SIGTERM before it gets SIGKILL.
     pub stop_grace: Option<Dur>,
-    /// Axis → values; every combination is one variant, measured in the order written. The
-    /// values are words as written (`off` stays `off`, where YAML would read a boolean).
+    /// Axis → values; every combination is one variant, measured in the order written. Read as
+    /// words (`off` stays `off`, where YAML would read a boolean); see `value_of`.
     #[serde(default)]
     pub variants: IndexMap<String, Spanned<Vec<String>>>,
     /// `axis=value` → words appended to `command` for the variants with that value.
@@ -107,7 +107,7 @@ impl ServerSpec {
     /// Every variant, in the order written (one unnamed variant when the block names none).
     pub fn variants(&self) -> Vec<Variant> {
         let as_json = |values: &Spanned<Vec<String>>| Spanned {
-            value: values.value.iter().map(|v| Json::String(v.clone())).collect(),
+            value: values.value.iter().map(|v| value_of(v)).collect(),
             referenced: values.referenced,
             defined: values.defined,
         };
@@ -210,6 +210,17 @@ impl ServerSpec {
     }
 }
 
+/// A variant's value for templates: a number when the word is one exactly as written (`tp: 8`
+/// is 8, so `{{ tp * 2 }}` and `skip_if: tp > 4` work), else the word itself (`off` stays
+/// `off`, where YAML would read a boolean; `0.50` and `007` stay as written).
+fn value_of(word: &str) -> Json {
+    let number = serde_json::from_str::<Json>(word).ok().filter(Json::is_number);
+    match number {
+        Some(n) if serde_json::to_string(&n).ok().as_deref() == Some(word) => n,
+        _ => Json::String(word.to_string()),
+    }
+}
+
 impl StepKind for ServerSpec {
     fn templates(&self) -> Vec<(&Text, Quoting)> {
         let mut t = vec![(&self.command, Quoting::Shell), (&self.url, Quoting::Plain)];
@@ -247,5 +258,27 @@ impl ServerPlan {
                 .unwrap_or_default(),
             if self.smoke { ", one short completion" } else { "" }
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_values_are_numbers_only_when_written_as_one() {
+        let spec: ServerSpec = serde_saphyr::from_str(
+            "command: serve\nurl: http://127.0.0.1:1\nvariants: {spec: [off, on], tp: [4, 8], frac: [0.50, 0.9]}\n",
+        )
+        .unwrap();
+        let variants = spec.variants();
+        assert_eq!(variants.len(), 8);
+        let first = &variants[0];
+        assert_eq!(first.label, "spec=off,tp=4,frac=0.50");
+        assert_eq!(first.values["spec"], Json::String("off".into()));
+        assert_eq!(first.values["tp"], Json::from(4));
+        assert_eq!(first.values["frac"], Json::String("0.50".into()));
+        assert_eq!(variants[1].values["frac"], Json::from(0.9));
+        assert_eq!(first.vars(&HostVars::new())["variant"], "spec=off,tp=4,frac=0.50");
     }
 }
