@@ -6,6 +6,8 @@
 #
 #   bench/fetch.sh                       # defaults below
 #   BIG_MB=256 SMALL=2000 bench/fetch.sh
+#   TMPFS=1 bench/fetch.sh               # (root) every tool writes to a tmpfs: the transfer alone,
+#                                        # without this disk's cost of creating and deleting files
 #
 # Needs sshd (apt-get install openssh-server), /usr/bin/time (apt-get install time) and python3.
 # Prints a Markdown table (docs/fetch.md keeps the last one measured); $WORK keeps the logs.
@@ -23,6 +25,13 @@ cargo build --release --quiet
 BIN=$TARGET/release/rigrun
 
 source bench/lib/sshd.sh
+# Where the fetched files land, for rigrun (its run directory) and the baselines alike.
+OUT=$WORK/out
+mkdir -p "$OUT"
+if [ "${TMPFS:-0}" = 1 ]; then
+  mountpoint -q "$OUT" || mount -t tmpfs -o size=$(( BIG_MB * 3 + 1024 ))m tmpfs "$OUT"
+  trap 'kill $SSHD 2>/dev/null || true; umount "$OUT" 2>/dev/null || true' EXIT
+fi
 
 # The "host's" files: random bytes (nothing compresses them) and small JSON result files.
 HOST_DIR=$WORK/host
@@ -45,7 +54,7 @@ done
 
 # The fetch step's own seconds in the last rigrun run (0 for the other tools).
 step_seconds() {
-  cat "$WORK"/runs/*/events.jsonl 2>/dev/null | python3 -c '
+  cat "$OUT"/runs/*/events.jsonl 2>/dev/null | python3 -c '
 import json, sys
 print(next((e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished"), 0))'
 }
@@ -56,7 +65,9 @@ best() {
   local name=$1; shift
   local best_s="" best_kb="" best_step=""
   for i in $(seq "$REPEAT"); do
-    rm -rf "$WORK/dest" "$WORK/runs" && mkdir -p "$WORK/dest"
+    # sync: the deletes of the previous round (and the discards they cause on this disk) land
+    # before the clock starts, not inside the next tool's time.
+    rm -rf "$OUT/dest" "$OUT/runs" && mkdir -p "$OUT/dest" && sync
     /usr/bin/time -f '%e %M' -o "$WORK/$name.time" "$@" >"$WORK/$name.log" 2>&1 \
       || { echo "$name failed: $(tail -5 "$WORK/$name.log")" >&2; exit 1; }
     read -r s kb < "$WORK/$name.time"
@@ -67,10 +78,10 @@ best() {
   echo "$best_s $best_kb $best_step"
 }
 
-R_BIG=$(best rigrun-big "$BIN" run "$WORK/big.yaml" -i "$WORK/hosts.yaml" --runs-dir "$WORK/runs" -q)
-S_BIG=$(best scp-big scp -q -P "$PORT" "${SSH_OPTS[@]}" "$USER_NAME@127.0.0.1:$HOST_DIR/big/big.bin" "$WORK/dest/")
-R_SMALL=$(best rigrun-small "$BIN" run "$WORK/small.yaml" -i "$WORK/hosts.yaml" --runs-dir "$WORK/runs" -q)
-T_SMALL=$(best tar-small sh -c "ssh -p $PORT ${SSH_OPTS[*]} $USER_NAME@127.0.0.1 'tar czf - -C $HOST_DIR small' | tar xzf - -C $WORK/dest")
+R_BIG=$(best rigrun-big "$BIN" run "$WORK/big.yaml" -i "$WORK/hosts.yaml" --runs-dir "$OUT/runs" -q)
+S_BIG=$(best scp-big scp -q -P "$PORT" "${SSH_OPTS[@]}" "$USER_NAME@127.0.0.1:$HOST_DIR/big/big.bin" "$OUT/dest/")
+R_SMALL=$(best rigrun-small "$BIN" run "$WORK/small.yaml" -i "$WORK/hosts.yaml" --runs-dir "$OUT/runs" -q)
+T_SMALL=$(best tar-small sh -c "ssh -p $PORT ${SSH_OPTS[*]} $USER_NAME@127.0.0.1 'tar czf - -C $HOST_DIR small' | tar xzf - -C $OUT/dest")
 
 python3 - "$BIG_MB" "$SMALL" "$(nproc)" "$R_BIG" "$S_BIG" "$R_SMALL" "$T_SMALL" <<'PY'
 import sys

@@ -85,6 +85,46 @@ impl Channel {
     }
 }
 
+/// What stands for a stdin once closed (`*stdin = closed_input()` closes it: the script reads
+/// its end, the output streams stay open).
+pub(crate) fn closed_input() -> Box<dyn Input> {
+    Box::new(ClosedInput)
+}
+
+/// A closed stdin: writes fail, as on a closed pipe.
+struct ClosedInput;
+
+impl AsyncWrite for ClosedInput {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl AsRawFd for ClosedInput {
+    /// No descriptor: a last word written to it goes nowhere.
+    fn as_raw_fd(&self) -> RawFd {
+        -1
+    }
+}
+
 /// The command line that runs `sh -c script rigrun args...` through a login shell (SSH).
 pub(crate) fn sh_line(script: &str, args: &[&str]) -> String {
     let mut line = format!("sh -c {} rigrun", shell_quote(script));

@@ -13,7 +13,9 @@ mod job;
 mod local;
 pub mod login_noise;
 mod lost;
+mod many;
 mod ssh;
+mod tar;
 pub mod wrapper;
 
 use std::path::Path;
@@ -26,6 +28,7 @@ pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
 pub use lost::{is_lost, Lost};
+pub use many::ManySink;
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 

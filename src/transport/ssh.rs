@@ -34,6 +34,8 @@ const CONNECT_DEADLINE: Duration = Duration::from_secs(60);
 const READ_AHEAD: usize = 16;
 /// Bytes asked for per SFTP read (OpenSSH's sftp-server serves up to 255 KiB).
 const CHUNK: u32 = 252 * 1024;
+/// Files this big stream through `cat` rather than SFTP: one stream, no request per chunk.
+const CAT_FROM: u64 = 64 << 20;
 /// Longest an SFTP handshake may take; a stream corrupted by a login shell's output can make
 /// the client wait for a packet that never comes.
 const SFTP_HANDSHAKE: Duration = Duration::from_secs(30);
@@ -314,7 +316,9 @@ impl SshTransport {
         size: Option<u64>,
         on_chunk: super::OnChunk<'_>,
     ) -> Result<Streamed> {
-        if path.to_str().is_none() {
+        // One stream without requests beats SFTP's reads in flight for a big file; and the SFTP
+        // client refuses names that are not UTF-8.
+        if path.to_str().is_none() || size.is_some_and(|s| s >= CAT_FROM) {
             return self.cat_chunks(path, on_chunk).await;
         }
         let sftp = self.sftp_open().await?;
@@ -350,8 +354,9 @@ impl SshTransport {
         })
     }
 
-    /// Streams a file whose name is not UTF-8 (which the SFTP client refuses) through `cat` on an
-    /// exec channel; the shell rebuilds the name from octal escapes, so any byte passes.
+    /// Streams a file through `cat` on an exec channel (a big one, or one whose name is not UTF-8,
+    /// which the SFTP client refuses); the shell rebuilds the name from octal escapes, so any
+    /// byte passes, and reports the file's length and modification time once read.
     async fn cat_chunks(&self, path: &Path, on_chunk: super::OnChunk<'_>) -> Result<Streamed> {
         use tokio::io::AsyncReadExt as _;
         let _permit = self.permits.acquire().await?;
@@ -359,7 +364,8 @@ impl SshTransport {
         // The marker first on both streams: what the login shell printed before it is dropped.
         let marker = login_noise::new_marker("cat");
         let script = format!(
-            "printf '%s' \"$1\"; printf '%s\\n' \"$1\" >&2; f=$(printf '{}x'); exec cat -- \"${{f%x}}\"",
+            "printf '%s' \"$1\"; printf '%s\\n' \"$1\" >&2; f=$(printf '{}x'); f=${{f%x}}; \
+             cat -- \"$f\" || exit; stat -L -c '%s %Y' -- \"$f\" >&2",
             octal_escapes(path.as_os_str().as_encoded_bytes())
         );
         let mut child = session
@@ -393,10 +399,16 @@ impl SshTransport {
         if !status.success() {
             bail!("cannot read {} on {}: {}", path.display(), self.host, err.trim());
         }
+        // stat's line, the last on stderr: the length and modification time after reading.
+        let after: Vec<u64> = err
+            .lines()
+            .last()
+            .map(|l| l.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
         Ok(Streamed {
             bytes: total,
-            len_after: None,
-            modified_after: None,
+            len_after: after.first().copied().filter(|_| after.len() == 2),
+            modified_after: after.get(1).copied().filter(|_| after.len() == 2),
         })
     }
 

@@ -485,7 +485,8 @@ pub fn manifest(run_dir: &Path) -> serde_json::Value {
 
 impl Sshd {
     /// Restarts this server with `LogLevel VERBOSE`, so that `sshd.log` names every session it
-    /// starts: tests count the commands a step sends (see [`Sshd::commands_started`]).
+    /// starts: tests count the commands a step sends (see [`Sshd::commands_started`]) and the
+    /// SFTP sessions it opens.
     pub fn restart_verbose(&mut self) {
         self.stop();
         let config = self.dir.join("sshd_config");
@@ -527,6 +528,14 @@ impl Sshd {
     }
 
     /// How many exec sessions (commands, not SFTP) sshd has started since `restart_verbose`.
+    /// How many SFTP sessions clients opened (after [`Sshd::restart_verbose`]).
+    pub fn sftp_sessions(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("Starting session: subsystem 'sftp'"))
+            .count()
+    }
+
     pub fn commands_started(&self) -> usize {
         let log = std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default();
         log.lines()

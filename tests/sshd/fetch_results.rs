@@ -182,12 +182,19 @@ fn two_thousand_files_are_listed_in_one_command_and_become_records() {
         recs[2]["point"]["file"], "r2.json",
         "natural order: r2 before r10"
     );
-    let commands = host.sshd.as_ref().unwrap().commands_started();
+    let sshd = host.sshd.as_ref().unwrap();
+    let commands = sshd.commands_started();
     // Connecting probes the login shell, gathers the facts and opens the run's jobs folder (three
-    // commands), closing stops its jobs (one); the fetch lists everything in one more.
+    // commands at most); the fetch lists everything in one more and streams the files through
+    // one tar.
     assert!(
         commands <= 5,
         "{commands} commands for 2000 files: a round trip per file?"
+    );
+    assert_eq!(
+        sshd.sftp_sessions(),
+        0,
+        "small files come in one tar stream, not over SFTP"
     );
     assert!(
         commands >= 1,
@@ -336,4 +343,42 @@ fn result_files_that_are_not_all_records_are_named_and_their_records_kept() {
         0,
         "a file not named as a result is not read: {warnings:?}"
     );
+}
+
+/// Without GNU tar on the host (here: a local host whose PATH has every tool but tar), the
+/// small files still come, one by one, each checked as ever.
+#[test]
+fn without_tar_on_the_host_the_files_come_one_by_one() {
+    let host = Host::local();
+    let bin = host.tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for dir in ["/usr/local/bin", "/usr/bin", "/bin"] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            if name != "tar" && !bin.join(&name).exists() {
+                std::os::unix::fs::symlink(entry.path(), bin.join(&name)).unwrap();
+            }
+        }
+    }
+    for i in 0..30 {
+        host.put(
+            format!("r{i}.json").as_bytes(),
+            format!("{{\"i\": {i}}}").as_bytes(),
+        );
+    }
+    let args = host.args("");
+    let out = rigrun()
+        .current_dir(host.tmp.path())
+        .env("PATH", &bin)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let (run_dir, details) = host.outcome();
+    assert_eq!(details["files"].as_array().unwrap().len(), 30, "{details:#}");
+    assert_eq!(
+        std::fs::read_to_string(fetched(&run_dir).join("r7.json")).unwrap(),
+        "{\"i\": 7}"
+    );
+    assert_eq!(records(&run_dir).len(), 30);
 }

@@ -1,7 +1,7 @@
 //! `fetch-results`: download the files matching a glob on the host into `hosts/<host>/fetched/`,
-//! and nowhere else. One command lists every match (type, size, sha256) in one round trip; each
-//! file then streams to disk in chunks, hashed as it streams, under a temporary name renamed once
-//! its size and checksum match the listing. A file that cannot be fetched is listed with why and
+//! and nowhere else. One command lists every match (type, size, sha256) in one round trip; the
+//! files then stream to disk (small ones in batches through one `tar`, see `receive.rs`), hashed
+//! as they stream, each under a temporary name renamed once it matches the listing. A file that cannot be fetched is listed with why and
 //! the others are still fetched; links are followed only when asked, and only inside the glob's
 //! directory. JSON result files become records (a `vllm bench serve --save-result` file works
 //! unchanged).
@@ -9,16 +9,14 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use futures_util::StreamExt as _;
 use indexmap::IndexMap;
 use serde_json::{json, Value as Json};
-use sha2::{Digest, Sha256};
+
+mod receive;
 
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::fetch_results::FetchResultsPlan;
@@ -26,10 +24,8 @@ use crate::config::template::shell_quote;
 use crate::events::{Event, RecordStatus, Stream};
 use crate::plan::PlannedStep;
 use crate::store::RunDir;
-use crate::transport::{Streamed, Transport};
+use crate::transport::Output;
 
-/// Files streamed at once: small files overlap their round trips, big ones share the link.
-const PARALLEL_FILES: usize = 16;
 /// Fetched files up to this size are read back to become records; larger ones are not results.
 const MAX_RECORD_FILE: u64 = 64 << 20;
 /// Files up to this size are hashed on the host while listing. Larger ones are not: that would
@@ -111,7 +107,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
         plan.follow_symlinks,
         &mut report,
     );
-    let results = fetch_all(&ctx.transport, &wanted, &dest_root).await;
+    let results = receive::fetch_all(&ctx.transport, &wanted, &dest_root).await;
     for ((entry, rel), result) in wanted.iter().zip(results) {
         match result {
             Ok(fetched) => report.fetched(ctx, step, plan.records, entry, rel, fetched),
@@ -142,23 +138,6 @@ fn classify<'a>(
         report.note(ctx, step, entry, verdict);
     }
     wanted
-}
-
-/// Streams the files [`PARALLEL_FILES`] at a time; results in the order asked.
-async fn fetch_all(
-    transport: &Transport,
-    wanted: &[(&Entry, PathBuf)],
-    dest_root: &Path,
-) -> Vec<Result<Fetched>> {
-    // Collected first: a lazily mapped iterator here makes the host's task not provably Send.
-    let fetches: Vec<_> = wanted
-        .iter()
-        .map(|(entry, rel)| fetch_file(transport, entry, dest_root.join(rel)))
-        .collect();
-    futures_util::stream::iter(fetches)
-        .buffered(PARALLEL_FILES)
-        .collect()
-        .await
 }
 
 /// Relative globs are anchored with `./`, so that no listed name can start with `-`.
@@ -217,13 +196,6 @@ struct Report {
     failures: Vec<String>,
 }
 
-/// One file streamed to disk.
-struct Fetched {
-    local: PathBuf,
-    bytes: u64,
-    sha256: String,
-}
-
 impl Report {
     /// Records a file that is not fetched (skipped or failed) and says so on the live display.
     fn note(&mut self, ctx: &HostCtx, step: &PlannedStep, entry: &Entry, verdict: Verdict) {
@@ -252,7 +224,7 @@ impl Report {
         records: bool,
         entry: &Entry,
         rel: &Path,
-        file: Fetched,
+        file: receive::Fetched,
     ) {
         let count = if records && file.bytes <= MAX_RECORD_FILE {
             std::fs::read(&file.local).map_or(0, |data| record_file(ctx, step, rel, &data))
@@ -314,97 +286,41 @@ impl Report {
     }
 }
 
-/// Streams one file to `local` through a temporary name beside it, renamed only once its size
-/// and checksum match the listing.
-async fn fetch_file(transport: &Transport, entry: &Entry, local: PathBuf) -> Result<Fetched> {
-    let dir = local.parent().context("no folder to fetch into")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".rigrun-fetch-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    let mut out = SparseWriter::new(tmp.as_file());
-    let mut hasher = Sha256::new();
-    let remote = Path::new(OsStr::from_bytes(&entry.path));
-    let streamed = transport
-        .read_chunks(remote, entry.size, &mut |chunk| {
-            hasher.update(chunk);
-            out.write(chunk)
-        })
-        .await?;
-    out.finish()
-        .with_context(|| format!("cannot write {}", local.display()))?;
-    let sha256 = hex::encode(hasher.finalize());
-    check_against_listing(entry, &streamed, &sha256)?;
-    tmp.persist(&local)
-        .with_context(|| format!("cannot rename the download to {}", local.display()))?;
-    Ok(Fetched {
-        local,
-        bytes: streamed.bytes,
-        sha256,
-    })
-}
-
-/// The received file is the one listed: same size, unchanged while read (its length and
-/// modification time after reading), and the host's checksum where it made one.
-fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &str) -> Result<()> {
-    let bytes = streamed.bytes;
-    if let Some(size) = entry.size.filter(|&s| s != bytes) {
-        bail!("received {bytes} bytes, the host listed {size} (was it still being written?)");
-    }
-    let grew = streamed.len_after.is_some_and(|len| len != bytes);
-    let touched = matches!((entry.modified, streamed.modified_after), (Some(a), Some(b)) if a != b);
-    if grew || touched {
-        bail!("it changed while it was being fetched (still being written?)");
-    }
-    if entry.sha256.as_deref().is_some_and(|listed| listed != sha256) {
-        bail!("its checksum differs from the one the host listed (was it changed while fetching?)");
-    }
-    Ok(())
-}
-
-/// Writes a stream to a file, seeking over all-zero chunks so that sparse files stay sparse.
-struct SparseWriter<'a> {
-    file: &'a File,
-    len: u64,
-}
-
-impl<'a> SparseWriter<'a> {
-    fn new(file: &'a File) -> SparseWriter<'a> {
-        SparseWriter { file, len: 0 }
-    }
-
-    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        if chunk.iter().all(|&b| b == 0) {
-            self.file.seek(SeekFrom::Current(chunk.len() as i64))?;
-        } else {
-            self.file.write_all(chunk)?;
-        }
-        self.len += chunk.len() as u64;
-        Ok(())
-    }
-
-    /// Sets the length, which a trailing hole would otherwise leave short.
-    fn finish(self) -> std::io::Result<()> {
-        self.file.set_len(self.len)
-    }
-}
-
 /// Lists the glob's matches in one command: see [`listing_command`].
 async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
-    let done = ctx.transport.captured(&listing_command(pattern, follow)).await?;
-    if done.code != 0 {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let code = ctx
+        .transport
+        .exec_output(&listing_command(pattern, follow), &mut |stream, output| {
+            let into = match stream {
+                Stream::Stdout => &mut stdout,
+                Stream::Stderr => &mut stderr,
+            };
+            match output {
+                Output::Line(line) => {
+                    into.extend_from_slice(line);
+                    into.push(b'\n');
+                }
+                Output::Long { piece, last, .. } => {
+                    into.extend_from_slice(piece);
+                    if last {
+                        into.push(b'\n');
+                    }
+                }
+            }
+        })
+        .await?;
+    if code != 0 {
         bail!(
-            "cannot list {pattern} on {} (exit code {}): {}; fetch-results needs sh, find, od and mktemp there",
+            "cannot list {pattern} on {} (exit code {code}): {}; fetch-results needs sh, find and mktemp there",
             ctx.host,
-            done.code,
-            done.stderr.trim()
+            String::from_utf8_lossy(&stderr).trim()
         );
     }
-    let raw = listing_bytes(&done.stdout)
-        .with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+    let raw =
+        listing_bytes(&stdout).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     let mut listing =
-        parse_listing(&raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
+        parse_listing(raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
     listing
         .entries
         .sort_by_cached_key(|e| natural_key(&escape(&e.path)));
@@ -415,9 +331,9 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
 /// then per match its type, readability, name, link target and resolved directory; then the
 /// sizes and modification times (`find -printf`) and checksums (`sha256sum`, one process for all,
 /// files up to [`HOST_HASH_LIMIT`]) of the files to fetch.
-/// Fields are NUL-separated (names are any bytes) and the whole is sent as hex by `od`, so that
-/// it survives the line-oriented channel unchanged, after a [`LISTING_START`] line: what a login
-/// shell printed before it is not read as the list.
+/// Fields are NUL-separated (names are any bytes, newlines included: the lines the channel cuts
+/// the output into are joined again), after a [`LISTING_START`] line, and the list ends with a
+/// newline of its own, so that every byte of it is inside a whole line.
 fn listing_command(pattern: &str, follow: bool) -> String {
     let base = static_prefix(pattern);
     let base = if base.as_os_str().is_empty() {
@@ -443,6 +359,7 @@ trap 'rm -f "$T"' EXIT
 printf '%s\0' "$B"
 if command -v sha256sum >/dev/null 2>&1; then printf '1\0'; else printf '0\0'; fi
 pd=; rd=
+exec 3>"$T"
 for f in @GLOB@; do
   r=
   if [ -L "$f" ]; then t=l; [ -f "$f" ] && t=L; r=$(readlink -f -- "$f" && printf x); r=${r%??}
@@ -455,29 +372,28 @@ for f in @GLOB@; do
   if [ "$d" != "$pd" ]; then pd=$d; rd=$(cd -- "$d" 2>/dev/null && pwd -P); fi
   printf '%s\0%s\0%s\0%s\0%s\0' "$t" "$a" "$f" "$r" "$rd"
   case "$t$r" in
-    f) printf '%s\0' "$f" >> "$T" ;;
-    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >> "$T" ;;
+    f) printf '%s\0' "$f" >&3 ;;
+    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >&3 ;;
   esac
 done
+exec 3>&-
 printf '\0'
 xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%T@\\0%p\\0"' sh < "$T" 2>/dev/null
 printf '\0'
 xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$T" 2>/dev/null |
   xargs -0 -r sha256sum -- 2>/dev/null | tr '\n' '\0'
-} | od -An -v -tx1"#;
+printf '\n'
+}"#;
 
-/// The listing's bytes from what the command printed: the hex after the [`LISTING_START`] line.
-fn listing_bytes(stdout: &str) -> Result<Vec<u8>> {
-    let hex = stdout
-        .split_once(&format!("{LISTING_START}\n"))
-        .map(|(_, hex)| hex)
-        .context("the list did not start (no start line)")?;
-    unhex(hex)
-}
-
-fn unhex(text: &str) -> Result<Vec<u8>> {
-    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    Ok(hex::decode(digits)?)
+/// The listing's bytes from what the command printed: after the [`LISTING_START`] line, up to
+/// the newline the list ends with.
+fn listing_bytes(stdout: &[u8]) -> Result<&[u8]> {
+    let start = format!("{LISTING_START}\n");
+    let at =
+        memchr::memmem::find(stdout, start.as_bytes()).context("the list did not start (no start line)")?;
+    let list = &stdout[at + start.len()..];
+    list.strip_suffix(b"\n")
+        .context("the list was cut short (no end)")
 }
 
 /// The next NUL-separated field of the listing.
@@ -789,6 +705,10 @@ fn local_name(remote: &[u8], base: &Path) -> Result<PathBuf, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     #[test]
@@ -913,8 +833,8 @@ mod tests {
                 .unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             // What a login shell printed first, even without a newline, is not read as the list.
-            let printed = format!("Welcome\n00 ff{}", String::from_utf8(out.stdout).unwrap());
-            let listing = parse_listing(&listing_bytes(&printed).unwrap()).unwrap();
+            let printed = [b"Welcome\n00 ff".as_slice(), &out.stdout].concat();
+            let listing = parse_listing(listing_bytes(&printed).unwrap()).unwrap();
             assert_eq!(listing.base, r.as_os_str().as_bytes());
             let by_name = |name: &[u8]| {
                 let mut path = r.as_os_str().as_bytes().to_vec();
