@@ -45,8 +45,11 @@ steps:
       matrix: {concurrency: [1, 4]}
       command: >-
         echo '{"output_throughput": {{ speed * concurrency * (2 if spec == "on" else 1) }}}'
+        | tee {{ workdir }}/out-{{ concurrency }}.json
       references:
         fast/spec=on: {4: {output_throughput: 1600 ±1%}}
+  - fetch-results:
+      src: "{{ workdir }}/out-*.json"
 "#;
 
 /// Runs `PLAYBOOK` on both hosts (exit 1: one variant fails to start); returns the run directory.
@@ -98,6 +101,15 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
         let broken = of(host, "broken");
         assert_eq!(broken.len(), 2, "{recs:?}");
         crate::common::assert_failed_on_a_bad_flag(&broken);
+    }
+    // Each variant's fetched files are its own, though their names are the same.
+    for (spec, value) in [("off", "400"), ("on", "800")] {
+        let file = run.join(format!("hosts/slow/spec={spec}/fetched/out-4.json"));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(
+            text.contains(&format!("\"output_throughput\": {value}")),
+            "{text}"
+        );
     }
     // The manifest keeps each variant's start: timed when ready, the log's tail when not.
     let manifest = crate::common::manifest(&run);
