@@ -15,9 +15,13 @@ use crate::report::Format;
         A playbook (YAML) names hosts from an inventory (hosts.yaml) and the steps to run on each: \
         verify-server, copy-script, run-sweep, fetch-results, shell, start-server. `rigrun run` runs \
         it on every host in parallel, keeps every record in runs/<time>-<name>/ and prints the \
-        hosts side by side.\n\n\
+        hosts side by side. With a `server:` block, rigrun starts the server itself once per \
+        variant of its configuration (`variants: {spec: [off, nextn3]}`), one variant after \
+        another on each host, and the tables put host × variant side by side \
+        (blackwell/spec=nextn3).\n\n\
         Exit codes: 0 success; 1 a step or host failed; 2 invalid input (nothing was run).",
-    after_help = "Try the local demo: rigrun run playbooks/demo.yaml -i playbooks/demo-hosts.yaml"
+    after_help = "Try the local demos: rigrun run playbooks/demo.yaml -i playbooks/demo-hosts.yaml \
+        (hosts compared), playbooks/demo-variants.yaml with the same inventory (server variants)"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -33,12 +37,13 @@ pub enum Command {
     Run(RunArgs),
     /// Validate the playbook and inventory without connecting to any host.
     Check(ConfigArgs),
-    /// Show what would run on each host: expanded steps and sweep points, skipped points with
-    /// their reason. Connects to nothing.
+    /// Show what would run on each host: its server variants, expanded steps and sweep points,
+    /// skipped points with their reason. Connects to nothing.
     Plan(ConfigArgs),
     /// Print the results of a run directory as tables.
     Show(ShowArgs),
-    /// Compare hosts within a run (ratio columns) or the same hosts across runs (change in %).
+    /// Compare hosts (and server variants) within a run (ratio columns) or the same hosts across
+    /// runs (change in %).
     Compare(CompareArgs),
     /// Write one self-contained HTML report (tables, scaling story, host facts, SVG charts)
     /// that opens offline.
@@ -167,8 +172,10 @@ pub struct ComparisonArgs {
     /// or one of telemetry's, e.g. output_tokens_per_joule or gpu_power_mean_w.
     #[arg(long)]
     pub metric: Option<String>,
-    /// The host the ratio columns divide by (default: the first host).
-    #[arg(long)]
+    /// What the ratio columns divide by: a host (`blackwell`), a column (`blackwell/spec=off`)
+    /// or, in a run with server variants, a variant (`spec=off`: each host's other variants
+    /// against its own). Default: the first host, or with variants each host's first variant.
+    #[arg(long, value_name = "HOST|VARIANT")]
     pub baseline: Option<String>,
     /// Across runs, changes beyond this are marked as regressions or improvements; between
     /// repeated points only when Welch's t-test finds them significant (p < 0.05), else

@@ -33,9 +33,18 @@ pub struct Record {
     /// 1; written only when above 1, so that runs without repeats read as before.
     #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
     pub repetition: u32,
+    /// The server variant measured (its values, like `point`); absent without variants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<IndexMap<String, Json>>,
 }
 
 impl Record {
+    /// The record's column in the tables: its host, or `host/variant`.
+    pub fn column(&self) -> String {
+        let label = self.variant.as_ref().map(crate::point::variant_label);
+        crate::point::column(&self.host, label.as_deref())
+    }
+
     /// Whether the benchmark (or rigrun, for numbers JSON cannot hold) marked the record
     /// `valid: false`: it is kept and shown, never compared.
     pub fn is_invalid(&self) -> bool {
@@ -120,6 +129,9 @@ pub enum Event {
         /// How many times the step has started on this host, this time included.
         #[serde(default = "first_attempt")]
         attempt: u32,
+        /// The server variant (its label) the step ran against; absent without variants.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
     },
     PointStarted {
         host: String,
@@ -133,6 +145,9 @@ pub enum Event {
         /// The point's repetition, from 1 (written only above 1).
         #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
         repetition: u32,
+        /// The server variant (its label) the step ran against; absent without variants.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
     },
     PointFinished {
         host: String,
@@ -150,6 +165,9 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         seconds: f64,
+        /// The server variant (its label) the step ran against; absent without variants.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
     },
     Record(Record),
     /// Something the user must know that did not stop the step (shown, and journaled).
@@ -175,6 +193,34 @@ pub enum Event {
         error: Option<String>,
         details: Json,
         seconds: f64,
+        /// The server variant (its label) the step ran against; absent without variants.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
+    },
+    /// A server variant is being started on the host (the previous one is gone).
+    VariantStarted {
+        host: String,
+        variant: String,
+        index: usize,
+        command: String,
+    },
+    /// A variant's server was ready (its startup times in `startup`), or failed to start
+    /// (`error`, with the tail of its log in `startup`).
+    VariantReady {
+        host: String,
+        variant: String,
+        status: Status,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        startup: Json,
+    },
+    /// A variant's server was stopped and its processes are gone (or `error` says what is left).
+    VariantStopped {
+        host: String,
+        variant: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        details: Json,
     },
     HostFinished {
         host: String,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::config::render::{RenderError, Renderer};
+use crate::config::server::ServerPlan;
 use crate::config::steps::Action;
 use crate::config::template;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, HostVars, Step};
@@ -37,6 +38,9 @@ pub struct Plan {
 #[derive(Debug, Serialize)]
 pub struct HostPlan {
     pub host: String,
+    /// The server of each variant, in the order they run (none without a `server:` block).
+    pub variants: Vec<ServerPlan>,
+    /// The steps, planned with the first variant's values (each variant runs them all).
     pub steps: Vec<PlannedStep>,
 }
 
@@ -51,7 +55,17 @@ fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigError
     let mut hosts = Vec::new();
     let mut errors = Vec::new();
     for host in &config.hosts {
-        let vars = config.host_vars(host, config.host(host).workdir(), builtins);
+        let mut vars = config.host_vars(host, config.host(host).workdir(), builtins);
+        let variants = match plan_variants(config, &vars) {
+            Ok(variants) => variants,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        };
+        if let Some(first) = variants.first() {
+            vars = first.variant.vars(&vars);
+        }
         let mut later: HashSet<&str> = HashSet::new();
         let mut steps = Vec::new();
         for (index, step) in config.playbook.steps.iter().enumerate() {
@@ -63,6 +77,7 @@ fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigError
         }
         hosts.push(HostPlan {
             host: host.clone(),
+            variants,
             steps,
         });
     }
@@ -72,6 +87,33 @@ fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigError
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// Plans the server of every variant for one host (none without a `server:` block).
+pub fn plan_variants(config: &Config, vars: &HostVars) -> Result<Vec<ServerPlan>, ConfigError> {
+    let Some(server) = &config.playbook.server else {
+        return Ok(Vec::new());
+    };
+    let runtime = HashSet::new();
+    let error = |e: RenderError| match e {
+        RenderError::Config(e) => e,
+        RenderError::Deferred(var) => ConfigError::plain(
+            &config.playbook_path,
+            format!("server: `{var}` is only known once a step has run; the server starts before every step"),
+        ),
+    };
+    let r = Renderer {
+        config,
+        vars,
+        runtime: &runtime,
+    };
+    server.check(&r).map_err(error)?;
+    let plan = |variant: &crate::config::server::Variant| {
+        let vars = variant.vars(vars);
+        let r = Renderer { vars: &vars, ..r };
+        server.plan(&r, variant).map_err(error)
+    };
+    config.variants().iter().map(plan).collect()
 }
 
 /// Plans one step with the host's variables. `runtime` names variables that earlier steps will
@@ -128,6 +170,16 @@ pub fn describe(config: &Config, plan: &Plan) -> String {
             points - skipped,
             skipped
         );
+        if !host.variants.is_empty() {
+            let _ = writeln!(
+                out,
+                "  server, {} variant(s), one after another: each stopped (its processes gone), the next started and ready before the steps below (shown for the first) run against it",
+                host.variants.len()
+            );
+            for variant in &host.variants {
+                variant.describe(&mut out);
+            }
+        }
         for step in &host.steps {
             describe_step(&mut out, step);
         }

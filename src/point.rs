@@ -28,6 +28,24 @@ pub fn value_text(value: &Json) -> String {
     }
 }
 
+/// A server variant's values as one word: `spec=nextn3,tp=8` (what `--baseline` names, and what
+/// follows the host in a column's name).
+pub fn variant_label(values: &Values) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A table column: the host, or `host/variant` for a server variant (`blackwell/spec=nextn3`).
+pub fn column(host: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(v) => format!("{host}/{v}"),
+        None => host.to_string(),
+    }
+}
+
 /// The cartesian product of the matrix, first key outermost, values in the order written.
 pub fn cartesian(matrix: &IndexMap<String, serde_saphyr::Spanned<Vec<Json>>>) -> Vec<Values> {
     let mut points = vec![IndexMap::new()];
@@ -51,6 +69,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn variants_read_as_one_word_after_their_host() {
+        let mut values = Values::new();
+        values.insert("spec".into(), json!("nextn3"));
+        values.insert("tp".into(), json!(8));
+        assert_eq!(variant_label(&values), "spec=nextn3,tp=8");
+        assert_eq!(column("blackwell", Some("spec=off")), "blackwell/spec=off");
+        assert_eq!(column("blackwell", None), "blackwell");
+    }
 
     #[test]
     fn labels_read_as_written() {

@@ -98,8 +98,10 @@ impl Progress {
                 reason,
                 seconds,
                 attempt,
+                variant,
                 ..
             } => {
+                let host = crate::point::column(host, variant.as_deref());
                 let how = match status {
                     RecordStatus::Ok => format!("ok in {seconds:.1}s"),
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
@@ -122,8 +124,10 @@ impl Progress {
                 status,
                 error,
                 seconds,
+                variant,
                 ..
             } => {
+                let host = crate::point::column(host, variant.as_deref());
                 let how = match (status, error) {
                     (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
                     (_, Some(e)) => format!("FAILED: {e}"),
@@ -155,6 +159,22 @@ impl Progress {
                 self.status(host, text);
             }
             Event::Warning { host, message } => self.line(format!("[{host}] warning: {message}")),
+            Event::VariantStarted { host, variant, .. } => {
+                self.line(format!("[{host}] variant {variant}: starting the server"));
+            }
+            Event::VariantReady {
+                host,
+                variant,
+                error,
+                startup,
+                ..
+            } => self.line(format!("[{host}] variant {variant}: {}", startup_text(error, startup))),
+            Event::VariantStopped {
+                host,
+                variant,
+                error: Some(e),
+                ..
+            } => self.line(format!("[{host}] variant {variant}: the server could not be stopped: {e}")),
             Event::Interrupted => self.line(
                 "interrupted: stopping the commands on every host… (`rigrun run --resume RUN_DIR` goes on later)"
                     .into(),
@@ -170,6 +190,19 @@ impl Progress {
             }
         }
     }
+}
+
+/// How a variant's server came up: `ready in 4.2s, first token at 4.3s`, or why it did not.
+fn startup_text(error: &Option<String>, startup: &serde_json::Value) -> String {
+    if let Some(e) = error {
+        return format!("FAILED: {e}");
+    }
+    let secs = |k: &str| startup.get(k).and_then(serde_json::Value::as_f64);
+    let mut text = format!("ready in {:.1}s", secs("ready_seconds").unwrap_or_default());
+    if let Some(t) = secs("first_token_seconds") {
+        text.push_str(&format!(", first token at {t:.1}s"));
+    }
+    text
 }
 
 /// A JSON result line is shown as its headline numbers; the whole record is in the run directory.

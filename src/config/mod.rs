@@ -6,6 +6,7 @@ pub mod inventory;
 pub mod playbook;
 pub mod reference;
 pub mod render;
+pub mod server;
 pub mod slo;
 pub mod steps;
 pub mod template;
@@ -215,6 +216,15 @@ impl Config {
 
     /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
     /// vars, `-e`, then the built-ins and the host's labels.
+    /// The server's variants, in the order they run on each host; empty without a `server:`.
+    pub fn variants(&self) -> Vec<server::Variant> {
+        self.playbook
+            .server
+            .as_ref()
+            .map(server::ServerSpec::variants)
+            .unwrap_or_default()
+    }
+
     pub fn host_vars(
         &self,
         host: &str,

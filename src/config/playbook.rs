@@ -1,5 +1,5 @@
 //! The playbook: which hosts, which variables, the steps to run on each host in order (each
-//! step kind is a module of `config/steps/`) and the latency limits the report judges them by.
+//! step kind is a module of `config/steps/`), the server and its variants (`server.rs`) and the latency limits the report judges them by.
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
@@ -18,6 +18,8 @@ pub struct Playbook {
     pub hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     pub vars: Vars,
+    /// The server rigrun starts itself, and its variants (see `server.rs`).
+    pub server: Option<super::server::ServerSpec>,
     pub steps: Vec<Step>,
     /// Latency limits the report judges each host's sweep by (see `slo.rs`).
     #[serde(default)]

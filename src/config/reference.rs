@@ -159,7 +159,8 @@ pub fn resolve(config: &Config) -> Result<Vec<Reference>, Vec<ConfigError>> {
         }
     }
     if errors.is_empty() {
-        found.retain(|r| config.hosts.contains(&r.host));
+        // Those of the hosts selected (a column `host/variant` by its host).
+        found.retain(|r| config.hosts.iter().any(|h| r.host.split('/').next() == Some(h)));
         Ok(found)
     } else {
         Err(errors)
@@ -176,8 +177,12 @@ fn at<T>(config: &Config, place: &Spanned<T>, message: String) -> ConfigError {
 }
 
 fn known_host(config: &Config, host: &Spanned<String>) -> Result<(), ConfigError> {
-    if config.inventory.hosts.contains_key(&host.value) {
-        return Ok(());
+    let (name, variant) = match host.value.split_once('/') {
+        Some((name, variant)) => (name, Some(variant)),
+        None => (host.value.as_str(), None),
+    };
+    if config.inventory.hosts.contains_key(name) {
+        return known_variant(config, name, variant).map_err(|message| at(config, host, message));
     }
     let names: Vec<&str> = config.inventory.hosts.keys().map(String::as_str).collect();
     let hint = match closest(&host.value, &names) {
@@ -193,6 +198,35 @@ fn known_host(config: &Config, host: &Spanned<String>) -> Result<(), ConfigError
             config.inventory_path.display()
         ),
     ))
+}
+
+/// Whether a reference's column names a variant the run has: `host/variant` when the playbook
+/// has server variants (each variant is its own column), the bare host when it has none.
+fn known_variant(config: &Config, host: &str, variant: Option<&str>) -> Result<(), String> {
+    let variants: Vec<String> = config
+        .variants()
+        .iter()
+        .filter_map(|v| v.name().map(String::from))
+        .collect();
+    let columns = || {
+        let each: Vec<String> = variants.iter().map(|v| format!("{host}/{v}")).collect();
+        each.join(", ")
+    };
+    match variant {
+        None if variants.is_empty() => Ok(()),
+        Some(v) if variants.iter().any(|known| known == v) => Ok(()),
+        None => Err(format!(
+            "references: with server variants each variant is a column of its own: name one of {}",
+            columns()
+        )),
+        Some(v) if variants.is_empty() => Err(format!(
+            "references: `{host}/{v}` names a server variant, but the playbook has none: write `{host}`"
+        )),
+        Some(v) => Err(format!(
+            "references: `{host}/{v}`: no such variant; the columns are {}",
+            columns()
+        )),
+    }
 }
 
 /// A reference value: a string such as `2156 ±10%` (a bare number has no tolerance).

@@ -41,6 +41,15 @@ impl Renderer<'_> {
         self.text(text, quoting, self.vars)
     }
 
+    /// An optional field rendered with the host's variables.
+    pub fn render_optional(
+        &self,
+        text: &Option<Text>,
+        quoting: Quoting,
+    ) -> Result<Option<String>, RenderError> {
+        text.as_ref().map(|t| self.render(t, quoting)).transpose()
+    }
+
     /// `text` rendered with `vars` (the host's, plus e.g. a sweep point's values).
     pub fn text(&self, text: &Text, quoting: Quoting, vars: &HostVars) -> Result<String, RenderError> {
         if let Ok(used) = template::variables(&text.value) {

@@ -211,22 +211,18 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     for host in &config.hosts {
         let vars = config.host_vars(host, "", &builtins);
         let mut defined: HashSet<String> = vars.keys().cloned().collect();
+        if let Some(server) = &config.playbook.server {
+            check_templates(config, server, &defined, host, &mut undefined, &mut errors);
+            // Every step runs once per variant: the variant's values are theirs too.
+            defined.extend(
+                super::steps::StepKind::own_variables(server)
+                    .into_iter()
+                    .map(String::from),
+            );
+        }
         for step in &config.playbook.steps {
             let kind = step.as_kind();
-            let mut local = defined.clone();
-            local.extend(kind.own_variables().into_iter().map(String::from));
-            for (field, expr) in kind.expressions() {
-                match super::template::expression_variables(&expr.value) {
-                    Ok(used) => note_undefined(&mut undefined, expr, used, &local, host),
-                    Err(e) => errors.push(template_error(config, expr, field, &e)),
-                }
-            }
-            for (text, _) in kind.templates() {
-                match super::template::variables(&text.value) {
-                    Ok(used) => note_undefined(&mut undefined, text, used, &local, host),
-                    Err(e) => errors.push(template_error(config, text, "template", &e)),
-                }
-            }
+            check_templates(config, kind, &defined, host, &mut undefined, &mut errors);
             defined.extend(kind.provides().iter().map(|s| s.to_string()));
         }
     }
@@ -252,6 +248,32 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
         Ok(())
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+/// Notes the undefined names of one kind's templates and expressions on `host`, and the
+/// templates that do not parse.
+fn check_templates(
+    config: &Config,
+    kind: &dyn super::steps::StepKind,
+    defined: &HashSet<String>,
+    host: &str,
+    undefined: &mut Undefined,
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut local = defined.clone();
+    local.extend(kind.own_variables().into_iter().map(String::from));
+    for (field, expr) in kind.expressions() {
+        match super::template::expression_variables(&expr.value) {
+            Ok(used) => note_undefined(undefined, expr, used, &local, host),
+            Err(e) => errors.push(template_error(config, expr, field, &e)),
+        }
+    }
+    for (text, _) in kind.templates() {
+        match super::template::variables(&text.value) {
+            Ok(used) => note_undefined(undefined, text, used, &local, host),
+            Err(e) => errors.push(template_error(config, text, "template", &e)),
+        }
     }
 }
 

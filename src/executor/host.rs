@@ -27,18 +27,19 @@ pub(super) struct HostJob {
     /// Where SSH control sockets live (one short-named folder per run).
     pub control_dir: PathBuf,
     pub open: OpenTransports,
-    /// What is left to do on the host (everything in a new run).
-    pub work: Arc<HostWork>,
+    /// What is left to do on the host (everything in a new run): one per server variant, in
+    /// the order they run, or one without variants.
+    pub works: Vec<Arc<HostWork>>,
 }
 
 /// Where a host stopped and why.
-struct Stop {
-    step: String,
-    error: String,
+pub(super) struct Stop {
+    pub step: String,
+    pub error: String,
 }
 
 impl HostJob {
-    fn emit(&self, event: Event) {
+    pub(super) fn emit(&self, event: Event) {
         let _ = self.events.send(event);
     }
 
@@ -94,7 +95,12 @@ impl HostJob {
             workdir: String::new(),
             home,
             servers: Vec::new(),
-            work: self.work.clone(),
+            work: self
+                .works
+                .first()
+                .cloned()
+                .unwrap_or_else(|| Arc::new(HostWork::fresh(config))),
+            variant: None,
             gpu_source: gpu_source(spec, &facts),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
@@ -108,7 +114,10 @@ impl HostJob {
             rigrun,
         };
         let vars = config.host_vars(&self.host, &ctx.workdir, &builtins);
-        let stop = self.run_steps(&mut ctx, vars).await;
+        let stop = match &config.playbook.server {
+            Some(_) => super::variants::run(self, &mut ctx, vars).await,
+            None => self.run_steps(&mut ctx, vars).await,
+        };
         for server in ctx.servers.drain(..) {
             server.stop();
         }
@@ -137,20 +146,26 @@ impl HostJob {
 
     /// Runs the steps in order (in a resumed run, those its work names: see
     /// `HostWork::resumed`); returns where the host stopped, if it failed.
-    async fn run_steps(&self, ctx: &mut HostCtx, mut vars: crate::config::HostVars) -> Option<Stop> {
+    pub(super) async fn run_steps(
+        &self,
+        ctx: &mut HostCtx,
+        mut vars: crate::config::HostVars,
+    ) -> Option<Stop> {
         let mut first_failure = None;
+        let work = ctx.work.clone();
         for (index, step) in self.config.playbook.steps.iter().enumerate() {
-            if !self.work.runs_step(index) {
+            if !work.runs_step(index) {
                 continue;
             }
             let label = format!("{}. {}", index + 1, step.display_name());
-            let attempt = self.work.step_attempt(index);
+            let attempt = work.step_attempt(index);
             self.emit(Event::StepStarted {
                 host: self.host.clone(),
                 index,
                 name: step.display_name(),
                 kind: step.kind().to_string(),
                 attempt,
+                variant: ctx.variant_name().map(String::from),
             });
             let started = std::time::Instant::now();
             let outcome = match plan::plan_step(&self.config, index, step, &vars, &HashSet::new()) {
@@ -166,6 +181,7 @@ impl HostJob {
                 error: outcome.error.clone(),
                 details: outcome.details,
                 seconds: started.elapsed().as_secs_f64(),
+                variant: ctx.variant_name().map(String::from),
             });
             vars.extend(outcome.provides);
             if outcome.status == Status::Failed && first_failure.is_none() {

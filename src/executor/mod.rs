@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 mod host;
 mod rigrun_binary;
+mod variants;
 
 use indexmap::IndexMap;
 
@@ -99,13 +100,19 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     let mut tasks = JoinSet::new();
     let mut kept_ok = true;
     for host in &config.hosts {
-        let work = work.swap_remove(host).unwrap_or_else(|| HostWork::fresh(&config));
-        if work.is_done() {
-            kept_ok &= host_is_done(&config, host, &work, &tx);
+        let works: Vec<(String, HostWork)> = crate::resume::keys(&config, host)
+            .into_iter()
+            .map(|key| {
+                let w = work.swap_remove(&key).unwrap_or_else(|| HostWork::fresh(&config));
+                (key, w)
+            })
+            .collect();
+        if works.iter().all(|(_, w)| w.is_done()) {
+            kept_ok &= host_is_done(&config, host, &works, &tx);
             continue;
         }
         let job = host::HostJob {
-            work: Arc::new(work),
+            works: works.into_iter().map(|(_, w)| Arc::new(w)).collect(),
             host: host.clone(),
             config: config.clone(),
             events: tx.clone(),
@@ -152,9 +159,17 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
 }
 
 /// A host of a resumed run with nothing left to run: it ends as its steps did (a host left
-/// interrupted after its last step is ok). Returns whether it is ok.
-fn host_is_done(config: &Config, host: &str, work: &HostWork, tx: &EventSender) -> bool {
-    let (status, stop) = work.verdict(config);
+/// interrupted after its last step is ok), each variant's in turn (`works` by key: the host, or
+/// `host/variant`). Returns whether it is ok.
+fn host_is_done(config: &Config, host: &str, works: &[(String, HostWork)], tx: &EventSender) -> bool {
+    let verdicts = works.iter().map(|(key, w)| (key, w.verdict(config)));
+    let (status, stop) = verdicts
+        .map(|(key, (status, stop))| match key.split_once('/') {
+            Some((_, variant)) => (status, stop.map(|(step, e)| (format!("{variant}: {step}"), e))),
+            None => (status, stop),
+        })
+        .find(|(status, _)| *status != Status::Ok)
+        .unwrap_or((Status::Ok, None));
     let (failed_step, error) = stop.unzip();
     let _ = tx.send(Event::HostFinished {
         host: host.to_string(),

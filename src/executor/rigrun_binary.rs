@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 
+use crate::config::steps::StepKind;
 use crate::config::{template, Config, Connection};
 use crate::steps::{self, HostCtx};
 
@@ -46,11 +47,12 @@ pub async fn path_on_host(
     Ok(dest)
 }
 
-/// Whether any step's template names `var`.
+/// Whether any step's template, or the server block's, names `var`.
 fn playbook_uses(config: &Config, var: &str) -> bool {
-    config.playbook.steps.iter().any(|step| {
-        step.as_kind()
-            .templates()
+    let server = config.playbook.server.as_ref().map(|s| s as &dyn StepKind);
+    let steps = config.playbook.steps.iter().map(|step| step.as_kind());
+    server.into_iter().chain(steps).any(|kind| {
+        kind.templates()
             .iter()
             .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
     })

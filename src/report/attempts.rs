@@ -45,6 +45,7 @@ mod tests {
             reason: None,
             attempt,
             repetition: 1,
+            variant: None,
         }
     }
 

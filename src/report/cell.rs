@@ -494,6 +494,7 @@ mod tests {
             reason: (status == RecordStatus::Failed).then(|| "exit code 1".into()),
             attempt: 1,
             repetition,
+            variant: None,
         }
     }
 

@@ -2,8 +2,9 @@
 //! change in percent per cell, with changes beyond a tolerance marked as regressions or
 //! improvements. Skipped, failed, invalid and missing cells are never compared.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
+use super::baseline::Baseline;
 use super::grid::RunTables;
 use super::model::Grid;
 use super::slo::SloCapacity;
@@ -90,57 +91,46 @@ fn change(cell: &Cell, base: &Cell, tolerance: f64, metric: &str) -> Cell {
     }
 }
 
-/// The ratio columns of a run's tables: every host but the baseline against the baseline.
+/// The ratio columns of a run's tables: each column against its baseline (see `baseline.rs`).
 pub struct Ratios {
-    hosts: Vec<String>,
-    baseline: String,
+    columns: Vec<String>,
+    baseline: Baseline,
 }
 
 impl Ratios {
-    /// Ratios against the host asked for (an error when the run has no such host), else the
-    /// run's first host.
+    /// Ratios against the host, column or variant asked for (an error when the run has none
+    /// such), else the run's first host (with variants: each host's first variant).
     pub fn new(run: &Run, asked: Option<&str>) -> Result<Ratios> {
-        let hosts = run.hosts();
-        let baseline = baseline(&hosts, asked)?;
-        Ok(Ratios { hosts, baseline })
+        let columns = run.hosts();
+        let baseline = super::baseline::resolve(&columns, asked)?;
+        Ok(Ratios { columns, baseline })
     }
 
-    /// Appends, for every host but the baseline, a column of its ratio to the baseline's value
-    /// (the grid's columns are the label, then one per host in the run's order); the SLO
-    /// capacities' ratios are against the same baseline.
+    /// Appends, for every column compared, a column of its ratio to its baseline's value (the
+    /// grid's columns are the label, then one per column in the run's order); the SLO
+    /// capacities' ratios are against the same baselines.
     pub fn add_to(&self, mut grid: Grid) -> Grid {
-        let (hosts, baseline) = (&self.hosts, &self.baseline);
+        let (columns, pairs) = (&self.columns, &self.baseline.pairs);
         if let Some(slo) = &mut grid.slo {
-            slo.rebase(baseline);
-        }
-        let others: Vec<usize> = (0..hosts.len()).filter(|&i| hosts[i] != *baseline).collect();
-        let Some(base) = hosts.iter().position(|h| h == baseline) else {
-            return grid;
-        };
-        grid.columns
-            .extend(others.iter().map(|&i| format!("{} / {baseline}", hosts[i])));
-        for row in &mut grid.rows {
-            let ratios: Vec<Cell> = others
+            let named: Vec<(String, String)> = pairs
                 .iter()
-                .map(|&i| ratio(&row[1 + i], &row[1 + base]))
+                .map(|&(c, b)| (columns[c].clone(), columns[b].clone()))
+                .collect();
+            slo.rebase_pairs(&self.baseline.name, &named);
+        }
+        grid.columns.extend(
+            pairs
+                .iter()
+                .map(|&(c, b)| format!("{} / {}", columns[c], columns[b])),
+        );
+        for row in &mut grid.rows {
+            let ratios: Vec<Cell> = pairs
+                .iter()
+                .map(|&(c, b)| ratio(&row[1 + c], &row[1 + b]))
                 .collect();
             row.extend(ratios);
         }
         grid
-    }
-}
-
-fn baseline(hosts: &[String], asked: Option<&str>) -> Result<String> {
-    match asked {
-        Some(b) if hosts.iter().any(|h| h == b) => Ok(b.to_string()),
-        Some(b) => bail!(
-            "--baseline {b}: no such host in the run (hosts: {})",
-            hosts.join(", ")
-        ),
-        None => hosts
-            .first()
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("the run has no hosts")),
     }
 }
 
@@ -163,7 +153,7 @@ impl<'a> Across<'a> {
             }
         }
         if let Some(b) = opts.baseline {
-            baseline(&hosts, Some(b))?;
+            super::baseline::resolve(&hosts, Some(b))?;
         }
         let tables = runs.iter().map(RunTables::new).collect();
         Ok(Across {
@@ -413,14 +403,5 @@ mod tests {
         assert_eq!(parse_tolerance("2.5"), Ok(2.5));
         assert!(parse_tolerance("five").unwrap_err().contains("write it like 5%"));
         assert!(parse_tolerance("-1%").is_err());
-    }
-
-    #[test]
-    fn unknown_baseline_is_an_error_naming_the_hosts() {
-        let hosts = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(baseline(&hosts, None).unwrap(), "a");
-        assert_eq!(baseline(&hosts, Some("b")).unwrap(), "b");
-        let err = baseline(&hosts, Some("c")).unwrap_err().to_string();
-        assert!(err.contains("hosts: a, b"), "{err}");
     }
 }

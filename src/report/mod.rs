@@ -4,6 +4,7 @@
 //! table, markdown, csv, json, html.
 
 mod attempts;
+mod baseline;
 mod build;
 mod cell;
 mod charts;
@@ -60,8 +61,13 @@ pub struct Run {
 }
 
 impl Run {
+    /// Reads a run directory. A record's `host` becomes its column (`host/variant` for a
+    /// server variant), which is what every table, chart and ratio compares.
     pub fn open(dir: &Path) -> Result<Run> {
-        let (manifest, records) = read_records(dir)?;
+        let (manifest, mut records) = read_records(dir)?;
+        for record in records.iter_mut().filter(|r| r.variant.is_some()) {
+            record.host = record.column();
+        }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
         Ok(Run {
             manifest,
@@ -71,8 +77,25 @@ impl Run {
         })
     }
 
+    /// The columns of the run's tables: its hosts in order, each host's server variants (the
+    /// named ones, `host/spec=off`) in the order they ran, or in their records' order.
     pub fn hosts(&self) -> Vec<String> {
-        self.manifest.hosts.keys().cloned().collect()
+        let mut columns: Vec<String> = Vec::new();
+        for (host, entry) in &self.manifest.hosts {
+            let named = entry.variants.keys().filter(|v| v.contains('='));
+            let mut of_host: Vec<String> = named.map(|v| crate::point::column(host, Some(v))).collect();
+            let prefix = format!("{host}/");
+            for r in self.records.iter().filter(|r| r.host.starts_with(&prefix)) {
+                if !of_host.contains(&r.host) {
+                    of_host.push(r.host.clone());
+                }
+            }
+            if of_host.is_empty() {
+                of_host.push(host.clone());
+            }
+            columns.extend(of_host);
+        }
+        columns
     }
 }
 

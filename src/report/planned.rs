@@ -73,7 +73,9 @@ impl Planned {
 
 /// Why `host` did not run a point of step `index`: its host failed (at that step or before),
 /// the run was interrupted or abandoned, or is still going.
-pub fn not_run_reason(manifest: &Manifest, host: &str) -> String {
+pub fn not_run_reason(manifest: &Manifest, column: &str) -> String {
+    // A column is a host, or `host/variant`.
+    let host = column.split_once('/').map_or(column, |(host, _)| host);
     let entry = manifest.hosts.get(host);
     let status = entry.and_then(|h| h.status);
     match (status, entry.and_then(|h| h.failed_step.as_deref())) {

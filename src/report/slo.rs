@@ -94,30 +94,39 @@ impl SloCapacity {
 
     /// Ratios against `baseline`'s series of the same axes (none for the baseline itself).
     pub fn rebase(&mut self, baseline: &str) {
-        let base_of = |axes: &str| {
+        let others: Vec<(String, String)> = self
+            .series
+            .iter()
+            .filter(|s| s.host != baseline)
+            .map(|s| (s.host.clone(), baseline.to_string()))
+            .collect();
+        self.rebase_pairs(baseline, &others);
+    }
+
+    /// Ratios of each (column, its baseline) pair's series of the same axes; `name` is what the
+    /// sentences call the baseline. Series of columns in no pair get none.
+    pub fn rebase_pairs(&mut self, name: &str, pairs: &[(String, String)]) {
+        let base_of = |host: &str, axes: &str| {
+            let (_, base) = pairs.iter().find(|(c, _)| c == host)?;
             self.series
                 .iter()
-                .find(|s| s.host == baseline && s.axes == axes)
+                .find(|s| s.host == *base && s.axes == axes)
                 .and_then(|s| s.within.as_ref()?.value)
         };
         let ratios: Vec<Option<f64>> = self
             .series
             .iter()
-            .map(|s| {
-                match (
-                    s.host != baseline,
-                    s.within.as_ref().and_then(|w| w.value),
-                    base_of(&s.axes),
-                ) {
-                    (true, Some(v), Some(b)) if b != 0.0 => Some(v / b),
+            .map(
+                |s| match (s.within.as_ref().and_then(|w| w.value), base_of(&s.host, &s.axes)) {
+                    (Some(v), Some(b)) if b != 0.0 => Some(v / b),
                     _ => None,
-                }
-            })
+                },
+            )
             .collect();
         for (s, ratio) in self.series.iter_mut().zip(ratios) {
             s.ratio = ratio;
         }
-        self.baseline = Some(baseline.to_string());
+        self.baseline = Some(name.to_string());
     }
 
     /// Across runs: every run's step judged by the same `limits` (the first run's), each series
@@ -312,6 +321,7 @@ mod tests {
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
             attempt: 1,
             repetition: 1,
+            variant: None,
         }
     }
 

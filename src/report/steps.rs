@@ -47,6 +47,8 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
             .or_default()
             .push(record);
     }
+    // In step order: a server variant's startup record comes before its steps' records.
+    steps.sort_by_key(|step, _| step.0);
     steps
         .into_iter()
         .map(|((step_index, step), rows)| StepRecords {
@@ -137,6 +139,7 @@ mod tests {
             reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
             attempt: 1,
             repetition: 1,
+            variant: None,
         }
     }
 

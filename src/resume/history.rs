@@ -149,25 +149,26 @@ impl HostHistory {
     }
 }
 
-/// Every host's history, from a run's journal in order.
+/// Every host's history (each server variant's on its own, keyed `host/variant`), from a
+/// run's journal in order.
 pub fn read(events: &[Event]) -> HashMap<String, HostHistory> {
     let mut hosts: HashMap<String, HostHistory> = HashMap::new();
     for event in events {
-        if let Some(host) = host_of(event) {
-            hosts.entry(host.to_string()).or_default().apply(event);
+        if let Some(key) = key_of(event) {
+            hosts.entry(key).or_default().apply(event);
         }
     }
     hosts
 }
 
-/// The host an event is about, for the events that make up a history.
-fn host_of(event: &Event) -> Option<&str> {
+/// The host (or `host/variant`) an event is about, for the events that make up a history.
+fn key_of(event: &Event) -> Option<String> {
     match event {
-        Event::StepStarted { host, .. }
-        | Event::StepFinished { host, .. }
-        | Event::PointStarted { host, .. }
-        | Event::PointFinished { host, .. } => Some(host),
-        Event::Record(record) => Some(&record.host),
+        Event::StepStarted { host, variant, .. }
+        | Event::StepFinished { host, variant, .. }
+        | Event::PointStarted { host, variant, .. }
+        | Event::PointFinished { host, variant, .. } => Some(crate::point::column(host, variant.as_deref())),
+        Event::Record(record) => Some(record.column()),
         _ => None,
     }
 }

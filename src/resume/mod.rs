@@ -77,9 +77,10 @@ pub fn open(path: &Path, redo: Redo) -> Result<Resumed> {
     let work = config
         .hosts
         .iter()
-        .map(|h| {
-            let past = pasts.remove(h).unwrap_or_default();
-            (h.clone(), HostWork::resumed(&config, past, redo))
+        .flat_map(|h| keys(&config, h))
+        .map(|key| {
+            let past = pasts.remove(&key).unwrap_or_default();
+            (key, HostWork::resumed(&config, past, redo))
         })
         .collect();
     let session = manifest.attempts() as u32 + 1;
@@ -90,6 +91,17 @@ pub fn open(path: &Path, redo: Redo) -> Result<Resumed> {
         work,
         session,
     })
+}
+
+/// What a host's work is kept under: the host, or `host/variant` for each server variant
+/// (each variant's steps and points are a history of their own), in the order they run.
+pub fn keys(config: &Config, host: &str) -> Vec<String> {
+    let variants = config.variants();
+    if variants.iter().all(|v| v.name().is_none()) {
+        return vec![host.to_string()];
+    }
+    let column = |v: &crate::config::server::Variant| crate::point::column(host, v.name());
+    variants.iter().map(column).collect()
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ fn step(index: usize, attempt: u32, status: Option<Status>) -> Vec<Event> {
         name: "s".into(),
         kind: "k".into(),
         attempt,
+        variant: None,
     };
     let finished = status.map(|status| Event::StepFinished {
         host: "a".into(),
@@ -39,6 +40,7 @@ fn step(index: usize, attempt: u32, status: Option<Status>) -> Vec<Event> {
         error: None,
         details: serde_json::Value::Null,
         seconds: 0.0,
+        variant: None,
     });
     std::iter::once(started).chain(finished).collect()
 }
@@ -51,6 +53,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         step_index: Some(1),
         attempt,
         repetition: 1,
+        variant: None,
     };
     let finished = ended.map(|status| Event::PointFinished {
         host: "a".into(),
@@ -63,6 +66,7 @@ fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
         exit_code: None,
         reason: Some("why".into()),
         seconds: 0.0,
+        variant: None,
     });
     std::iter::once(started).chain(finished).collect()
 }
@@ -79,6 +83,7 @@ fn invalid_record(n: u32, attempt: u32) -> Event {
         reason: None,
         attempt,
         repetition: 1,
+        variant: None,
     })
 }
 
@@ -104,6 +109,24 @@ fn a_new_host_runs_everything_as_first_attempts() {
     assert!((0..3).all(|i| fresh.runs_step(i)));
     assert_eq!(fresh.point(1, "n=1", 1), PointWork::Run { attempt: 1 });
     assert_eq!(fresh.step_attempt(0), 1);
+}
+
+#[test]
+fn against_a_server_started_anew_a_cut_short_point_runs_as_its_next_attempt() {
+    let w = work(killed_mid_sweep(), Redo::default()).with_server_restarted();
+    assert_eq!(
+        w.point(1, "n=2", 1),
+        PointWork::Run { attempt: 2 },
+        "not re-attached"
+    );
+    assert_eq!(
+        w.point(1, "n=1", 1),
+        PointWork::Keep {
+            attempt: 1,
+            kept: Kept::Ok
+        }
+    );
+    assert_eq!(w.point(1, "n=3", 1), PointWork::Run { attempt: 1 });
 }
 
 #[test]

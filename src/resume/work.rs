@@ -35,6 +35,9 @@ pub struct HostWork {
     runs: Vec<bool>,
     /// `run --repeat N`, for sweeps without their own `repeat:`.
     repeat: Option<u32>,
+    /// The server the points measure was started anew (a server variant run again): a point
+    /// cut short runs as its next attempt rather than re-attaching to what measured the old one.
+    server_restarted: bool,
 }
 
 impl HostWork {
@@ -45,6 +48,7 @@ impl HostWork {
             redo: Redo::default(),
             runs: vec![true; config.playbook.steps.len()],
             repeat: config.repeat,
+            server_restarted: false,
         }
     }
 
@@ -62,6 +66,7 @@ impl HostWork {
             redo,
             runs: Vec::new(),
             repeat: config.repeat,
+            server_restarted: false,
         };
         let steps = &config.playbook.steps;
         let own: Vec<bool> = steps
@@ -82,6 +87,14 @@ impl HostWork {
             })
             .collect();
         work
+    }
+
+    /// This work against a server started anew (see `server_restarted`).
+    pub fn with_server_restarted(&self) -> HostWork {
+        HostWork {
+            server_restarted: true,
+            ..self.clone()
+        }
     }
 
     /// Whether step `index` runs.
@@ -107,7 +120,7 @@ impl HostWork {
     /// host is keyed by (run, step, point, attempt), so it is re-attached rather than
     /// started twice. A point whose latest attempt finished stands, unless it failed and
     /// `--redo-failed` was given, or was marked invalid and `--redo-invalid` was given: then
-    /// it runs as the next attempt.
+    /// it runs as the next attempt. So does one cut short when its server was started anew.
     pub fn point(&self, step: usize, label: &str, repetition: u32) -> PointWork {
         let Some(past) = self.past.point(step, label, repetition) else {
             return PointWork::Run { attempt: 1 };
@@ -120,6 +133,7 @@ impl HostWork {
         );
         let keep = |kept| PointWork::Keep { attempt, kept };
         match &past.ended {
+            None if self.server_restarted => next,
             None => PointWork::Run { attempt },
             Some(Ended::Ok { invalid: true }) if self.redo.invalid => next,
             Some(Ended::Ok { .. }) => keep(Kept::Ok),

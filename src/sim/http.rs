@@ -36,6 +36,8 @@ pub struct AppState {
     /// Whose names `/metrics` uses, and the cache size its KV usage is a share of.
     names: Names,
     kv_capacity: u64,
+    /// Whether it models speculative decoding (its metrics are then served too).
+    speculative: bool,
     /// The simulated GPUs behind `/dcgm-exporter/metrics`.
     gpu: Option<GpuModel>,
     /// Source of response ids.
@@ -61,6 +63,7 @@ impl AppState {
             engine,
             names,
             kv_capacity: profile.limits.kv_capacity,
+            speculative: profile.perf.speculative.is_some(),
             gpu: profile.gpu.clone(),
             next_id: AtomicU64::new(mix(created)),
             jitter,
@@ -138,6 +141,7 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     let state = super::metrics::State {
         stats: app.engine.stats(),
         kv_capacity: app.kv_capacity,
+        speculative: app.speculative,
     };
     let text = super::metrics::exposition(app.names, &state, &app.served.id);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)

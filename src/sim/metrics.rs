@@ -14,10 +14,12 @@ pub enum Names {
     Sglang,
 }
 
-/// What the exposition reads: the scheduler's stats and the KV cache's size.
+/// What the exposition reads: the scheduler's stats, the KV cache's size, and whether the sim
+/// models speculative decoding (a server without it has no speculative metrics).
 pub struct State {
     pub stats: Stats,
     pub kv_capacity: u64,
+    pub speculative: bool,
 }
 
 type Value = fn(&State) -> f64;
@@ -82,11 +84,39 @@ const LINES: &[(Option<&str>, Option<&str>, &str, Value)] = &[
     ),
 ];
 
+/// Speculative decoding's, served only when the sim models it: vLLM's counters, SGLang's
+/// acceptance rate and accept length (tokens per verify step, the verified one included), both
+/// since the sim started.
+const SPECULATIVE_LINES: &[(Option<&str>, Option<&str>, &str, Value)] = &[
+    (Some("vllm:spec_decode_num_drafts_total"), None, "counter", |s| {
+        s.stats.spec_drafts_total as f64
+    }),
+    (
+        Some("vllm:spec_decode_num_draft_tokens_total"),
+        None,
+        "counter",
+        |s| s.stats.spec_draft_tokens_total as f64,
+    ),
+    (
+        Some("vllm:spec_decode_num_accepted_tokens_total"),
+        None,
+        "counter",
+        |s| s.stats.spec_accepted_tokens_total as f64,
+    ),
+    (None, Some("sglang:spec_accept_rate"), "gauge", |s| {
+        s.stats.spec_accepted_tokens_total as f64 / s.stats.spec_draft_tokens_total.max(1) as f64
+    }),
+    (None, Some("sglang:spec_accept_length"), "gauge", |s| {
+        1.0 + s.stats.spec_accepted_tokens_total as f64 / s.stats.spec_drafts_total.max(1) as f64
+    }),
+];
+
 /// The Prometheus text for `state` under `names`, every series labelled with the model.
 pub fn exposition(names: Names, state: &State, model: &str) -> String {
     let label = format!("{{model_name={}}}", serde_json::Value::from(model));
     let mut text = String::new();
-    for (vllm, sglang, kind, value) in LINES {
+    let speculative = if state.speculative { SPECULATIVE_LINES } else { &[] };
+    for (vllm, sglang, kind, value) in LINES.iter().chain(speculative) {
         let name = match names {
             Names::Vllm => vllm,
             Names::Sglang => sglang,
@@ -114,6 +144,7 @@ mod tests {
                 ..Stats::default()
             },
             kv_capacity: 200,
+            speculative: false,
         };
         for (names, server) in [(Names::Vllm, "vLLM"), (Names::Sglang, "SGLang")] {
             let (samples, bad) = prometheus::parse(&exposition(names, &state, "m\"x"));
@@ -124,6 +155,50 @@ mod tests {
             assert_eq!(read[&server::Quantity::Waiting], 2.0, "{names:?}");
             assert_eq!(read[&server::Quantity::KvUsage], 0.25, "{names:?}");
             assert_eq!(read[&server::Quantity::Preemptions], 4.0, "{names:?}");
+        }
+    }
+
+    /// Speculative decoding's metrics read back as telemetry reads a real server's: 70 of 100
+    /// draft tokens accepted over 50 drafts (2 tokens each) is a rate of 0.7 and an accepted
+    /// length of 2.4 under both names; without speculation there are none to misjudge.
+    #[test]
+    fn speculative_metrics_read_back_as_rate_and_length_and_only_when_speculating() {
+        let stats = Stats {
+            spec_drafts_total: 50,
+            spec_draft_tokens_total: 100,
+            spec_accepted_tokens_total: 70,
+            ..Stats::default()
+        };
+        let at = |speculative, names| {
+            let state = State {
+                stats,
+                kv_capacity: 1,
+                speculative,
+            };
+            prometheus::parse(&exposition(names, &state, "m")).0
+        };
+        let zero = server::read(0.0, &at(true, Names::Vllm));
+        let before = server::Scrape {
+            t: 0.0,
+            values: zero.values.keys().map(|q| (*q, 0.0)).collect(),
+        };
+        let vllm = server::summarize(&[before, server::read(1.0, &at(true, Names::Vllm))]);
+        assert_eq!(vllm["server_spec_acceptance_rate"], 0.7, "{vllm:?}");
+        assert_eq!(vllm["server_spec_accepted_length"], 2.4, "{vllm:?}");
+        let sglang = server::summarize(&[server::read(1.0, &at(true, Names::Sglang))]);
+        assert_eq!(sglang["server_spec_acceptance_rate"], 0.7, "{sglang:?}");
+        assert_eq!(sglang["server_spec_accepted_length"], 2.4, "{sglang:?}");
+        for names in [Names::Vllm, Names::Sglang] {
+            assert!(!exposition(
+                names,
+                &State {
+                    stats,
+                    kv_capacity: 1,
+                    speculative: false
+                },
+                "m"
+            )
+            .contains("spec"));
         }
     }
 }

@@ -69,6 +69,19 @@ pub struct SimArgs {
     /// preemptions, prefix-cache hits).
     #[arg(long, value_enum, default_value_t = metrics::Names::Vllm)]
     pub metrics_names: metrics::Names,
+    /// Model speculative decoding (MTP, NEXTN, EAGLE): every decoding sequence drafts N tokens
+    /// per step and verifies them in the step (see src/sim/README.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub speculative_tokens: Option<u32>,
+    /// With --speculative-tokens: the chance that a draft token is accepted, given the ones
+    /// before it were (0 < P ≤ 1).
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.7,
+        requires = "speculative_tokens"
+    )]
+    pub acceptance: f64,
     /// Delay each request by a random time before it reaches the engine, uniform between 0 and
     /// twice this mean (e.g. 20ms): run-to-run noise of a known size, for checking repeated
     /// measurements and the statistics on them.
@@ -91,6 +104,18 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
     let mut profile = Profile::resolve(name).map_err(|e| Invalid(format!("{e:#}")))?;
     if let Some(model) = args.model {
         profile.model = model;
+    }
+    if let Some(tokens) = args.speculative_tokens {
+        if !(args.acceptance > 0.0 && args.acceptance <= 1.0) {
+            bail!(Invalid(format!(
+                "--acceptance {}: a draft token's chance of acceptance is above 0 and at most 1",
+                args.acceptance
+            )));
+        }
+        profile.perf.speculative = Some(perf::Speculative {
+            tokens,
+            acceptance: args.acceptance,
+        });
     }
     if !args.predict.is_empty() {
         return print_predictions(&profile, &args.predict, args.input_len, args.output_len)

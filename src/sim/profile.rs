@@ -269,6 +269,7 @@ impl ProfileFile {
             batch_ms: table(self.decode.batch_ms, "decode.batch_ms")?,
             attention_ms: table(self.decode.attention_ms, "decode.attention_ms")?,
             prefill_tokens_per_second: rate.value,
+            speculative: None,
         };
         Ok(Profile {
             name: name.into(),

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::perf::PerfModel;
+use super::perf::{PerfModel, Speculative};
 use super::prefix_cache::PrefixCache;
 
 /// What a request needs from the scheduler.
@@ -85,6 +85,11 @@ pub struct Stats {
     pub requests_finished_total: u64,
     /// Requests preempted because the KV cache ran out (`on_demand` only).
     pub preemptions_total: u64,
+    /// Drafts (one per decoding sequence and step), and the draft tokens proposed and accepted
+    /// by speculative decoding (0 without it).
+    pub spec_drafts_total: u64,
+    pub spec_draft_tokens_total: u64,
+    pub spec_accepted_tokens_total: u64,
 }
 
 /// A submitted request that can never fit in the KV cache.
@@ -109,6 +114,8 @@ struct Job<S> {
     /// Prompt tokens served by the prefix cache.
     cached: u32,
     generated: u32,
+    /// Accepted draft tokens owed (the expected acceptance, added up each step).
+    spec_credit: f64,
 }
 
 /// The batch, the queue and the KV cache of one simulated server.
@@ -154,6 +161,7 @@ impl<S> Scheduler<S> {
             prefill_now: 0,
             cached: 0,
             generated: 0,
+            spec_credit: 0.0,
         });
         Ok(())
     }
@@ -183,7 +191,7 @@ impl<S> Scheduler<S> {
         self.admit();
         self.make_room();
         let mut budget = self.limits.chunk_tokens.max(1);
-        let (mut sequences, mut attended, mut prefill) = (0usize, 0u64, 0u64);
+        let (mut prefilling, mut decoding, mut attended, mut prefill) = (0usize, 0usize, 0u64, 0u64);
         for job in &mut self.running {
             if job.prefill_left > 0 {
                 if !job.looked_up && budget > 0 {
@@ -192,21 +200,23 @@ impl<S> Scheduler<S> {
                 job.prefill_now = job.prefill_left.min(budget);
                 budget -= job.prefill_now;
                 prefill += u64::from(job.prefill_now);
-                sequences += usize::from(job.prefill_now > 0);
+                prefilling += usize::from(job.prefill_now > 0);
             } else {
-                sequences += 1;
+                decoding += 1;
                 attended += u64::from(job.spec.prompt_tokens + job.generated);
             }
         }
-        (sequences > 0).then(|| self.perf.step_ns(sequences, attended, prefill))
+        (prefilling + decoding > 0).then(|| self.perf.batch_step_ns(prefilling, decoding, attended, prefill))
     }
 
     /// Ends the step begun by [`plan_step`](Self::plan_step): reports each request that got a
     /// token to `deliver` and retires the finished ones.
     pub fn finish_step(&mut self, mut deliver: impl FnMut(&S, Progress)) {
         let (mut freed, mut finished, mut tokens) = (0, 0, 0);
-        let (cache, policy) = (&mut self.cache, self.limits.kv_policy);
+        let (cache, stats) = (&mut self.cache, &mut self.stats);
+        let (policy, speculative) = (self.limits.kv_policy, self.perf.speculative);
         self.running.retain_mut(|job| {
+            let decoding = job.prefill_now == 0 && job.prefill_left == 0;
             if job.prefill_now > 0 {
                 job.prefill_left -= job.prefill_now;
                 job.prefill_now = 0;
@@ -219,8 +229,12 @@ impl<S> Scheduler<S> {
             } else if job.prefill_left > 0 {
                 return true;
             }
-            job.generated += 1;
-            tokens += 1;
+            let accepted = match speculative.filter(|_| decoding) {
+                Some(spec) => accept_drafts(job, spec, stats),
+                None => 0,
+            };
+            job.generated += 1 + accepted;
+            tokens += 1 + u64::from(accepted);
             let done = job.generated >= job.spec.output_tokens;
             deliver(
                 &job.sink,
@@ -263,12 +277,16 @@ impl<S> Scheduler<S> {
     }
 
     /// `on_demand`: preempts the requests admitted last until every running request's next
-    /// token fits (the oldest one always runs: its reservation fits the cache alone).
+    /// tokens fit — one, or with speculative decoding one plus every draft that may be accepted
+    /// (the oldest one always runs: its reservation fits the cache alone).
     fn make_room(&mut self) {
         if self.limits.kv_policy != KvPolicy::OnDemand {
             return;
         }
-        while self.running.len() > 1 && self.kv_used + self.running.len() as u64 > self.limits.kv_capacity {
+        let per_step = 1 + self.perf.speculative.map_or(0, |s| u64::from(s.tokens));
+        while self.running.len() > 1
+            && self.kv_used + self.running.len() as u64 * per_step > self.limits.kv_capacity
+        {
             let Some(mut job) = self.running.pop() else { break };
             self.kv_used -= held(KvPolicy::OnDemand, &job);
             job.prefill_left = job.spec.prompt_tokens.max(1) + job.generated;
@@ -310,6 +328,19 @@ fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &m
     stats.cached_prompt_tokens_total += cached;
 }
 
+/// A decoding step's accepted draft tokens for `job` under `spec`: the expected acceptance
+/// added to its credit, whole tokens taken from it (never past the job's output), and counted.
+fn accept_drafts(job: &mut Job<impl Sized>, spec: Speculative, stats: &mut Stats) -> u32 {
+    job.spec_credit += spec.expected_accepted();
+    let left = job.spec.output_tokens.saturating_sub(job.generated + 1);
+    let accepted = (job.spec_credit.floor() as u32).min(spec.tokens).min(left);
+    job.spec_credit -= f64::from(accepted);
+    stats.spec_drafts_total += 1;
+    stats.spec_draft_tokens_total += u64::from(spec.tokens);
+    stats.spec_accepted_tokens_total += u64::from(accepted);
+    accepted
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::perf::Table;
@@ -322,6 +353,7 @@ mod tests {
             batch_ms: Table::new(vec![(1.0, 1.0), (2.0, 2.0)]).unwrap(),
             attention_ms: Table::new(vec![(0.0, 0.0)]).unwrap(),
             prefill_tokens_per_second: 1e6,
+            speculative: None,
         };
         let limits = Limits {
             kv_policy: KvPolicy::Reserve,
@@ -548,5 +580,41 @@ mod tests {
         assert!(s.stats().preemptions_total >= 1, "{:?}", s.stats());
         assert_eq!(delivered, [(1, 20), (2, 20)].into_iter().collect());
         assert_eq!(s.stats().kv_used_tokens, 0);
+    }
+
+    #[test]
+    fn speculation_emits_the_accepted_drafts_with_each_decode_step_and_counts_them() {
+        let mut s = scheduler(8, 1000, 100);
+        // p = 0.5, k = 2: 0.75 accepted per step on average, so the credit yields 0, 1, 1, 1, 0, ...
+        s.perf.speculative = Some(Speculative {
+            tokens: 2,
+            acceptance: 0.5,
+        });
+        s.submit(spec(10, 6), 1).unwrap();
+        let generated = |out: Vec<(u32, Progress)>| out[0].1.generated;
+        assert_eq!(
+            generated(step(&mut s).1),
+            1,
+            "the prefill step's token is not speculated"
+        );
+        // One decoder verifies 3 positions (the batch table at 3: 3 ms) and drafts cost 10% more.
+        let (d, out) = step(&mut s);
+        assert_eq!((d, generated(out)), (Some(3_300_000), 2));
+        assert_eq!(generated(step(&mut s).1), 4);
+        let last = step(&mut s).1;
+        assert_eq!(
+            last[0].1,
+            Progress {
+                generated: 6,
+                done: true,
+                cached: 0
+            }
+        );
+        let stats = s.stats();
+        assert_eq!(stats.generation_tokens_total, 6);
+        assert_eq!(
+            (stats.spec_draft_tokens_total, stats.spec_accepted_tokens_total),
+            (6, 2)
+        );
     }
 }

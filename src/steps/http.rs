@@ -201,13 +201,18 @@ pub async fn wait_until_up(
     }
 }
 
-/// One short completion; the server must return tokens.
-pub async fn smoke(endpoint: &HttpEndpoint, model: &str, api_key: Option<&str>) -> Result<Json> {
+/// One short completion of at most `max_tokens`; the server must return tokens.
+pub async fn smoke(
+    endpoint: &HttpEndpoint,
+    model: &str,
+    max_tokens: u32,
+    api_key: Option<&str>,
+) -> Result<Json> {
     let url = format!(
         "{}/v1/completions",
         endpoint.base_url.trim_end_matches('/').trim_end_matches("/v1")
     );
-    let body = json!({ "model": model, "prompt": "Hello", "max_tokens": 8, "temperature": 0 });
+    let body = json!({ "model": model, "prompt": "Hello", "max_tokens": max_tokens, "temperature": 0 });
     let reply = endpoint
         .client
         .send(|c| {

@@ -7,6 +7,7 @@ mod fetch_results;
 mod http;
 pub mod record_line;
 mod run_sweep;
+pub mod server;
 mod shell;
 mod start_server;
 mod verify_server;
@@ -23,6 +24,7 @@ pub use command::{run_logged, StdoutLine};
 pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
+use crate::config::server::Variant;
 use crate::config::steps::Action;
 use crate::config::HostVars;
 use crate::events::{Event, EventSender, PointRun, Record, RecordStatus, Status};
@@ -47,10 +49,12 @@ pub struct HostCtx {
     /// Servers started by `start-server`, stopped when the host's playbook ends.
     pub servers: Vec<BackgroundServer>,
     /// What is left to do on the host: in a resumed run, which sweep points run as which
-    /// attempt (everything, as attempt 1, in a new run).
+    /// attempt (everything, as attempt 1, in a new run). Per variant, with variants.
     pub work: Arc<crate::resume::HostWork>,
     /// Where sweeps read the host's GPU telemetry (see `crate::telemetry`).
     pub gpu_source: crate::telemetry::GpuSource,
+    /// The server variant the steps run against, when the playbook has variants.
+    pub variant: Option<Variant>,
 }
 
 /// What a step reports when it ends.
@@ -121,8 +125,39 @@ impl HostCtx {
         }
     }
 
+    /// `hosts/<host>/<NN>-<step>/`, or `hosts/<host>/<variant>/<NN>-<step>/` with variants.
     pub fn step_dir(&self, step: &PlannedStep) -> Result<PathBuf> {
-        RunDir::step_dir(&self.run_dir, &self.host, step.index, &step.name)
+        RunDir::step_dir_in(&self.variant_dir(), step.index, &step.name)
+    }
+
+    /// The host's folder in the run directory, or its variant's folder there.
+    pub fn variant_dir(&self) -> PathBuf {
+        let host = RunDir::host_dir(&self.run_dir, &self.host);
+        match self.variant_name() {
+            Some(name) => host.join(crate::store::slug(name)),
+            None => host,
+        }
+    }
+
+    /// The variant's label, for events; None without variants.
+    pub fn variant_name(&self) -> Option<&str> {
+        self.variant.as_ref().and_then(Variant::name)
+    }
+
+    /// The variant's values, for records; None without variants.
+    pub fn variant_values(&self) -> Option<IndexMap<String, Json>> {
+        self.variant
+            .as_ref()
+            .filter(|v| v.name().is_some())
+            .map(|v| v.values.clone())
+    }
+
+    /// Prefixes the names of the variant's jobs on the host, so that no two variants share one.
+    pub fn job_prefix(&self) -> String {
+        match (&self.variant, self.variant_name()) {
+            (Some(v), Some(_)) => format!("v{:02}-", v.index + 1),
+            _ => String::new(),
+        }
     }
 
     /// Emits a record of `step` at `point`, made by that run (repetition and attempt) of it.
@@ -146,6 +181,7 @@ impl HostCtx {
             reason,
             attempt: at.attempt,
             repetition: at.repetition,
+            variant: self.variant_values(),
         }));
     }
 }

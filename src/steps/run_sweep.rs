@@ -237,9 +237,10 @@ async fn run_point(
             step_index: Some(step.index),
             attempt,
             repetition: at.repetition,
+            variant: ctx.variant_name().map(String::from),
         });
         let this = (label.clone(), at.run(attempt));
-        let job = at.job(step.index, attempt);
+        let job = format!("{}{}", ctx.job_prefix(), at.job(step.index, attempt));
         let log_base = at.log_base(&label, attempt);
         let ended = run_attempt(ctx, (step, watch), point, &log_base, &job, at.run(attempt)).await;
         let (why, end) = match ended {
@@ -420,6 +421,7 @@ fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, PointRun), end:
         exit_code: end.exit_code,
         reason: end.reason,
         seconds: started.elapsed().as_secs_f64(),
+        variant: ctx.variant_name().map(String::from),
     });
 }
 

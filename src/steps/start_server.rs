@@ -26,6 +26,9 @@ use crate::transport::{line_text, Job, JobEnd, Output};
 
 const TAIL_LINES: usize = 20;
 
+/// Lines of its log quoted when a server exits before answering.
+const GONE_LINES: usize = 5;
+
 /// A server rigrun keeps running for the rest of the host's playbook.
 pub struct BackgroundServer {
     pub name: String,
@@ -41,9 +44,35 @@ impl BackgroundServer {
 
 /// The last lines the server printed, and how it ended if it did.
 #[derive(Default)]
-struct Watch {
+pub(super) struct Watch {
     tail: VecDeque<String>,
     ended: Option<String>,
+}
+
+impl Watch {
+    /// Why the server is gone before answering, with its last lines; None while it runs.
+    pub(super) fn gone(watch: &Mutex<Watch>) -> Option<String> {
+        let w = watch.lock().ok()?;
+        let ended = w.ended.clone()?;
+        // Its last words, where a bad flag or an out-of-memory error is said.
+        let said: Vec<&String> = w.tail.iter().filter(|l| !l.trim().is_empty()).collect();
+        let tail: Vec<&str> = said[said.len().saturating_sub(GONE_LINES)..]
+            .iter()
+            .map(|l| l.as_str())
+            .collect();
+        Some(format!(
+            "the server exited ({ended}) before answering; its last lines: {}",
+            tail.join(" | ")
+        ))
+    }
+
+    /// The last lines the server printed (at most [`TAIL_LINES`]).
+    pub(super) fn tail(watch: &Mutex<Watch>) -> Vec<String> {
+        watch
+            .lock()
+            .map(|w| w.tail.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) -> Result<StepOutcome> {
@@ -54,22 +83,21 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
         (
-            Some(spawn_job(ctx, step, command, &log_path, watch.clone())?),
+            // Never attached to by a resumed run: a server is started anew.
+            Some(spawn_job(
+                ctx,
+                &format!("s{:02}-server-{}", step.index + 1, &new_marker()[9..17]),
+                (&step.name, command),
+                &log_path,
+                watch.clone(),
+            )?),
             None,
         )
     };
     let endpoint = ctx.transport.http_endpoint(url).await?;
     let gone = {
         let watch = watch.clone();
-        move || {
-            let w = watch.lock().ok()?;
-            let ended = w.ended.clone()?;
-            let tail: Vec<_> = w.tail.iter().rev().take(3).rev().cloned().collect();
-            Some(format!(
-                "the server exited ({ended}) before answering; its last lines: {}",
-                tail.join(" | ")
-            ))
-        }
+        move || Watch::gone(&watch)
     };
     let details = json!({
         "command": command,
@@ -101,22 +129,20 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
     }
 }
 
-/// Runs the server as a detached job of the run (see `transport/job.rs`: it outlives a lost
-/// connection and is followed again); its output goes to `log_path` here. Aborting the task
-/// stops it on the host.
-fn spawn_job(
+/// Runs the server as the run's detached job `name` (see `transport/job.rs`: it outlives a
+/// lost connection and is followed again); its output goes to `log_path` here, its warnings
+/// are said under `label`. Aborting the task stops it on the host.
+pub(super) fn spawn_job(
     ctx: &HostCtx,
-    step: &PlannedStep,
-    command: &str,
+    name: &str,
+    (label, command): (&str, &str),
     log_path: &std::path::Path,
     watch: Arc<Mutex<Watch>>,
 ) -> Result<JoinHandle<()>> {
     let mut log = std::fs::File::create(log_path)?;
     let transport = ctx.transport.clone();
-    let command = command.to_string();
-    // Never attached to by a resumed run: a server is started anew.
-    let name = format!("s{:02}-server-{}", step.index + 1, &new_marker()[9..17]);
-    let (events, host, label) = (ctx.events.clone(), ctx.host.clone(), step.name.clone());
+    let (name, command) = (name.to_string(), command.to_string());
+    let (events, host, label) = (ctx.events.clone(), ctx.host.clone(), label.to_string());
     Ok(tokio::spawn(async move {
         let tail_watch = watch.clone();
         let mut on_output = move |_stream, output: Output| {

@@ -51,7 +51,7 @@ pub async fn run(ctx: &mut HostCtx, plan: &VerifyServerPlan) -> Result<StepOutco
         let model = model
             .or(info.models.first().map(String::as_str))
             .unwrap_or_default();
-        match smoke(&endpoint, model, api_key.as_deref()).await {
+        match smoke(&endpoint, model, 8, api_key.as_deref()).await {
             Ok(reply) => details["smoke"] = reply,
             Err(e) => return Ok(StepOutcome::failed(format!("{e:#}"), details)),
         }

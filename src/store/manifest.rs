@@ -128,10 +128,30 @@ pub struct HostEntry {
     /// What the user must know that did not stop the host (shown again when the run ends).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The server variants run on the host, by label, in the order they started.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub variants: IndexMap<String, VariantEntry>,
+}
+
+/// One server variant on a host: its command, how its start went (launch → ready and → first
+/// token, or why it failed with its log's tail) and how its stop went.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct VariantEntry {
+    pub command: String,
+    pub status: Option<Status>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub startup: Json,
+    #[serde(default)]
+    pub stop: Json,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepEntry {
+    /// The server variant the step ran against; absent without variants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub index: usize,
     pub name: String,
     pub kind: String,
@@ -166,8 +186,10 @@ impl Manifest {
                 name,
                 kind,
                 attempt,
+                variant,
             } => {
                 self.host(host).steps.push(StepEntry {
+                    variant: variant.clone(),
                     index: *index,
                     name: name.clone(),
                     kind: kind.clone(),
@@ -185,9 +207,14 @@ impl Manifest {
                 status,
                 error,
                 details,
+                variant,
                 ..
             } => {
-                if let Some(step) = self.host(host).steps.iter_mut().rev().find(|s| s.index == *index) {
+                let steps = self.host(host).steps.iter_mut().rev();
+                if let Some(step) = steps
+                    .filter(|s| s.variant == *variant)
+                    .find(|s| s.index == *index)
+                {
                     step.status = *status;
                     step.error = error.clone();
                     step.details = details.clone();
@@ -206,6 +233,41 @@ impl Manifest {
                 entry.error = error.clone();
             }
             Event::Warning { host, message } => self.host(host).warnings.push(message.clone()),
+            Event::VariantStarted {
+                host,
+                variant,
+                command,
+                ..
+            } => {
+                let entry = VariantEntry {
+                    command: command.clone(),
+                    status: Some(Status::Running),
+                    ..VariantEntry::default()
+                };
+                self.host(host).variants.insert(variant.clone(), entry);
+            }
+            Event::VariantReady {
+                host,
+                variant,
+                status,
+                error,
+                startup,
+            } => {
+                let entry = self.host(host).variants.entry(variant.clone()).or_default();
+                (entry.status, entry.error, entry.startup) = (Some(*status), error.clone(), startup.clone());
+            }
+            Event::VariantStopped {
+                host,
+                variant,
+                error,
+                details,
+            } => {
+                let entry = self.host(host).variants.entry(variant.clone()).or_default();
+                entry.stop = details.clone();
+                if error.is_some() {
+                    (entry.status, entry.error) = (Some(Status::Failed), error.clone());
+                }
+            }
             Event::Interrupted => self.mark_interrupted(now),
             Event::RunFinished { status } => {
                 self.status = *status;

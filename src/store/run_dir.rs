@@ -192,7 +192,12 @@ impl RunDir {
 
     /// `hosts/<host>/<NN>-<step>/`, created on demand.
     pub fn step_dir(run_dir: &Path, host: &str, index: usize, step: &str) -> Result<PathBuf> {
-        let dir = Self::host_dir(run_dir, host).join(format!("{:02}-{}", index + 1, slug(step)));
+        Self::step_dir_in(&Self::host_dir(run_dir, host), index, step)
+    }
+
+    /// `<dir>/<NN>-<step>/` (a host's folder, or a server variant's within it), created on demand.
+    pub fn step_dir_in(dir: &Path, index: usize, step: &str) -> Result<PathBuf> {
+        let dir = dir.join(format!("{:02}-{}", index + 1, slug(step)));
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(dir)
     }
@@ -390,6 +395,7 @@ mod tests {
             name: "shell".into(),
             kind: "shell".into(),
             attempt: 1,
+            variant: None,
         })
         .unwrap();
         // Killed here: run.json was written when the run was created, not since.

@@ -274,9 +274,21 @@ impl Transport {
 
     /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
     async fn job_action(&self, action: &str, dir: &str) -> Result<()> {
+        match self.short_action(&[action, dir, "-"], &[]).await?.as_deref() {
+            Some("0") => Ok(()),
+            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
+            None => bail!("the connection broke"),
+        }
+    }
+
+    /// Runs `job.sh` with `head` (action, folder, job name), then the marker and the usual
+    /// placeholders, then `tail`; returns the trailer of its end (None: the channel broke).
+    async fn short_action(&self, head: &[&str; 3], tail: &[&str]) -> Result<Option<String>> {
         let marker = wrapper::new_marker();
         let lease = self.jobs.lease_secs();
-        let args = [action, dir, "-", &marker, "keep", "0", "0", "-", &lease];
+        let mut args = head.to_vec();
+        args.extend([marker.as_str(), "keep", "0", "0", "-", &lease]);
+        args.extend(tail);
         let mut channel = self.spawn(JOB, &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
         let carried = carry(
@@ -288,10 +300,28 @@ impl Transport {
         )
         .await?;
         channel.wait().await;
-        match carried.as_deref() {
-            Some("0") => Ok(()),
-            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
-            None => bail!("the connection broke"),
+        Ok(carried)
+    }
+
+    /// Stops the jobs whose names match `pattern` (a shell glob) for good and makes sure they
+    /// are gone: TERM to each process group, KILL after `grace`, then waits until the group has
+    /// no live process left and, where the host has nvidia-smi, until none of its pids holds
+    /// GPU memory. Returns the process groups stopped (jobs that had ended count too). An error
+    /// says what is left.
+    pub async fn end_jobs(&self, pattern: &str, grace: Duration) -> Result<Vec<u32>> {
+        let dir = self
+            .jobs
+            .dir()
+            .context("the run's jobs folder on the host was not prepared")?;
+        let tenths = (grace.as_millis() / 100).max(1).to_string();
+        let trailer = self
+            .short_action(&["end", &dir, pattern], &[&tenths])
+            .await?
+            .context("the connection broke while stopping the server")?;
+        let mut words = trailer.split_whitespace();
+        match words.next() {
+            Some("0") => Ok(words.filter_map(|p| p.parse().ok()).collect()),
+            _ => bail!("{}", trailer.strip_prefix("error ").unwrap_or(&trailer)),
         }
     }
 
@@ -465,5 +495,64 @@ mod tests {
             (vec!["done".to_string()], vec!["done".to_string()])
         );
         assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "started twice");
+    }
+
+    /// `end` stops a job and, where the host has nvidia-smi, waits until none of its pids holds
+    /// GPU memory: here an nvidia-smi on PATH that lists the job's process for its first three
+    /// queries, as a driver does while it releases a killed process's memory.
+    #[tokio::test]
+    async fn end_waits_until_the_gpus_no_longer_list_the_jobs_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let (pid_file, count) = (dir.path().join("child"), dir.path().join("queries"));
+        let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let following = tokio::spawn({
+            let transport = transport.clone();
+            async move { run(&transport, "v01-server-a", &command, None).await }
+        });
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let fake = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; [ \"$n\" -lt 3 ] && cat {p}; exit 0\n",
+            c = count.display(),
+            p = pid_file.display()
+        );
+        std::fs::write(bin.join("nvidia-smi"), fake).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(bin.join("nvidia-smi"), executable).unwrap();
+        let script = dir.path().join("job.sh");
+        std::fs::write(&script, JOB).unwrap();
+        let jobs = dir.path().join("jobs").display().to_string();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let out = std::process::Command::new("sh")
+            .args([
+                &script.display().to_string(),
+                "end",
+                &jobs,
+                "v01-*",
+                "M",
+                "keep",
+                "0",
+                "0",
+                "-",
+                "60",
+                "5",
+            ])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("M:start\nM:end 0 "), "{stderr}");
+        let queries: u32 = std::fs::read_to_string(&count).unwrap().trim().parse().unwrap();
+        assert!(
+            queries >= 4,
+            "ended after {queries} nvidia-smi queries, while the GPU still listed it"
+        );
+        let child = std::fs::read_to_string(&pid_file).unwrap();
+        assert!(wait_until_gone(child.trim()), "the job outlived end");
+        following.abort();
     }
 }

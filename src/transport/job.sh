@@ -2,18 +2,40 @@
 # $1 action (run, attach, stop, lease, close)  $2 the run's jobs folder  $3 job name  $4 marker
 # $5 what stdin's end means (stop: this machine; keep: SSH, where it may be a lost connection)
 # $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or a stop's reason
-# $9 the lease in seconds
+# $9 the lease in seconds  $10 (end) how long TERM may take, in tenths of a second
 m=$4; j=$2/$3
 printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
 finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
 group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; }
+# Whether process group $p exists (zombies included): what stop waits for, unless live=alive.
+exists() { kill -0 -"$p" 2>/dev/null; }
+# Whether process group $p has a process that is not a zombie (where no init reaps orphans,
+# the exited stay in the table; they hold no memory). Without ps: whether the group exists.
+alive() {
+  if s=$(ps -e -o pgid=,stat= 2>/dev/null); then
+    printf '%s\n' "$s" | awk -v g="$p" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'
+  else kill -0 -"$p" 2>/dev/null; fi
+}
 stop() {
   group; [ -n "$p" ] || return 0
   [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
   kill -TERM -"$p" 2>/dev/null || return 0
-  n=0; while kill -0 -"$p" 2>/dev/null && [ "$n" -lt 20 ]; do sleep 0.1; n=$((n+1)); done
+  n=0; while ${live:-exists} && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL -"$p" 2>/dev/null; return 0
+}
+# The pids of process group $p, to look for on the GPUs once the group is gone.
+members() { pids=; [ -n "$p" ] && pids=$(ps -e -o pid=,pgid= 2>/dev/null | awk -v g="$p" '$2 == g { print $1 }'); }
+# Waits (up to 30 s) until no pid of $pids holds GPU memory, where nvidia-smi exists.
+gpu_free() {
+  command -v nvidia-smi >/dev/null 2>&1 && [ -n "$pids" ] || return 0
+  n=0; while :; do
+    left=; for q in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do
+      for x in $pids; do [ "$q" = "$x" ] && left="$left $q"; done; done
+    [ -z "$left" ] && return 0
+    [ "$n" -ge 30 ] && return 1
+    sleep 1; n=$((n+1))
+  done
 }
 outcome() {
   if [ -s "$j.rc" ]; then read -r rc < "$j.rc"
@@ -66,6 +88,18 @@ close)
   done
   : > "$2/done"; finish 0;;
 stop) stop "$8"; outcome; finish "$rc";;
+end)
+  # Every job whose name matches the pattern $3, stopped and gone; their process groups said.
+  grace=${10:-20}; live=alive; ended=
+  for f in "$2"/$3.pid; do
+    [ -s "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
+    j=${f%.pid}; group; members; stop ended
+    n=0; while alive && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+    alive && finish "error process group $p is still there 10s after SIGKILL"
+    gpu_free || finish "error pids$left of process group $p still hold GPU memory (nvidia-smi) 30s after it was stopped"
+    ended="$ended $p"
+  done
+  finish "0$ended";;
 run)
   lease_up "$@"
   if [ ! -e "$j.out" ]; then

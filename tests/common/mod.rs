@@ -392,6 +392,77 @@ impl Drop for Netns {
     }
 }
 
+/// Two hosts, `h1` and `h2`, each in a network namespace of its own with its own sshd (their
+/// keys in `known_hosts`), for an inventory that puts both in the group `gpu`.
+pub struct NetnsHosts {
+    pub sshd: [Sshd; 2],
+    pub ns: [Netns; 2],
+    pub key: ClientKey,
+    pub known_hosts: PathBuf,
+}
+
+impl NetnsHosts {
+    pub fn start(dir: &Path) -> NetnsHosts {
+        let key = ClientKey::new(dir);
+        let ns = [Netns::new(), Netns::new()];
+        let sshd = [
+            Sshd::start_in(dir, "h1", &key, &ns[0]),
+            Sshd::start_in(dir, "h2", &key, &ns[1]),
+        ];
+        let known_hosts = dir.join("known_hosts");
+        let lines = format!("{}{}", sshd[0].known_hosts_line(), sshd[1].known_hosts_line());
+        std::fs::write(&known_hosts, lines).unwrap();
+        NetnsHosts {
+            sshd,
+            ns,
+            key,
+            known_hosts,
+        }
+    }
+
+    /// The inventory: `h1` and `h2` with workdirs `dir/w1` and `dir/w2` and their `extra`
+    /// lines (indented as a host's fields), in the group `gpu`.
+    pub fn inventory(&self, dir: &Path, extra: [&str; 2]) -> String {
+        let entry = |i: usize| {
+            let name = format!("h{}", i + 1);
+            let workdir = dir.join(format!("w{}", i + 1));
+            self.sshd[i].inventory_entry(&name, &self.key, &self.known_hosts, &workdir, extra[i])
+        };
+        format!("hosts:\n{}{}groups:\n  gpu: [h1, h2]\n", entry(0), entry(1))
+    }
+}
+
+/// This machine's processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmd.contains(needle).then_some(cmd)
+        })
+        .collect()
+}
+
+/// Asserts that `records` are the points of a server variant started with `--no-such-flag`:
+/// failed to start, the server's own error quoted.
+pub fn assert_failed_on_a_bad_flag(records: &[&serde_json::Value]) {
+    assert!(!records.is_empty(), "no record of the variant with the bad flag");
+    for r in records {
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert_eq!(r["status"], "failed", "{r}");
+        assert!(
+            reason.starts_with("failed to start: the server exited"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("unexpected argument '--no-such-flag'"),
+            "{reason}"
+        );
+    }
+}
+
 #[allow(unused_imports)]
 pub use rigrun::testutil::wait_until_gone;
 

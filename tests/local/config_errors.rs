@@ -380,3 +380,58 @@ fn a_dcgm_exporter_that_is_not_a_url_is_refused_naming_the_host() {
         "{stderr}"
     );
 }
+
+/// A playbook whose server block has `variants` and `args` as given.
+fn variants_playbook(variants: &str, args: &str) -> String {
+    format!(
+        "name: t\nserver:\n  command: serve --port 1\n  url: http://127.0.0.1:1\n  variants: {variants}\n  args: {args}\nsteps:\n  - shell: {{command: \"true\"}}\n"
+    )
+}
+
+#[test]
+fn server_variants_errors_name_their_place_and_what_there_is() {
+    assert_rejected(
+        &variants_playbook("{spec: [off, nextn3]}", "{spec=nextn9: [--x]}"),
+        "6:23",
+        "args `spec=nextn9`: no variant has spec=nextn9 (the variants are spec: off, nextn3)",
+    );
+    assert_rejected(
+        &variants_playbook("{spec: [off, nextn3]}", "{nextn3: [--x]}"),
+        "6:18",
+        "write it as axis=value",
+    );
+    assert_rejected(
+        &variants_playbook("{spec: []}", "{}"),
+        "5:20",
+        "variants `spec` has no values",
+    );
+    assert_rejected(
+        &variants_playbook("{host: [a, b]}", "{}"),
+        "5:20",
+        "`host` is a built-in variable",
+    );
+    assert_rejected(
+        "name: t\nserver:\n  command: serve --tp {{ tp }}\n  url: http://127.0.0.1:1\n  variants: {spec: [off]}\nsteps:\n  - shell: {command: \"true\"}\n",
+        "3:12",
+        "`tp` is not defined for host gpu1, gpu2",
+    );
+}
+
+#[test]
+fn with_server_variants_a_reference_names_its_column() {
+    let reference = |column: &str| {
+        format!(
+            "name: t\nserver:\n  command: serve\n  url: http://127.0.0.1:1\n  variants: {{spec: [off, on]}}\nsteps:\n  - run-sweep:\n      matrix: {{c: [1]}}\n      command: echo\n      references:\n        {column}: {{1: {{x: 1}}}}\n"
+        )
+    };
+    assert_rejected(
+        &reference("gpu1"),
+        "11:9",
+        "with server variants each variant is a column of its own: name one of gpu1/spec=off, gpu1/spec=on",
+    );
+    assert_rejected(
+        &reference("gpu1/spec=maybe"),
+        "11:9",
+        "`gpu1/spec=maybe`: no such variant",
+    );
+}

@@ -29,3 +29,4 @@ mod sim_http;
 mod sim_model;
 mod sim_profiles;
 mod telemetry;
+mod variants;

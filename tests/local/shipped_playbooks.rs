@@ -69,3 +69,40 @@ fn the_native_sweep_runs_rigrun_bench_on_every_host() {
     assert!(plan.contains("bench --url"), "{plan}");
     assert!(plan.contains("concurrency=1024  SKIP:"), "{plan}");
 }
+
+#[test]
+fn the_variant_demo_starts_the_sim_without_and_with_speculation_on_both_hosts() {
+    let plan = plan("playbooks/demo-variants.yaml", "playbooks/demo-hosts.yaml");
+    for (host, port) in [("blackwell", 31001), ("a6000", 31002)] {
+        let of_host = plan.split(&format!("host {host} (local")).nth(1).unwrap();
+        assert!(
+            of_host.contains("server, 2 variant(s), one after another"),
+            "{plan}"
+        );
+        assert!(
+            of_host.contains("variant 1: spec=off: start `rigrun sim --profile"),
+            "{plan}"
+        );
+        assert!(
+            of_host.contains(&format!("--port {port} --speculative-tokens 3 --acceptance 0.7`")),
+            "{plan}"
+        );
+    }
+}
+
+#[test]
+fn the_speculative_decoding_playbook_starts_sglang_without_and_with_nextn() {
+    let plan = plan("playbooks/speculative-decoding.yaml", "hosts.yaml");
+    assert!(
+        plan.contains("variant 1: spec=off: start `python3 -m sglang.launch_server --model-path Qwen/Qwen3.5-397B-A17B-NVFP4 --tp 8"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("--port 30000 --speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("host kpro5") && plan.contains("Qwen/Qwen3.6-27B --tp 1"),
+        "{plan}"
+    );
+}

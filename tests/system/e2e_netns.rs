@@ -39,32 +39,14 @@ steps:
 fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let key = ClientKey::new(dir);
-    let (ns1, ns2) = (Netns::new(), Netns::new());
-    let h1 = Sshd::start_in(dir, "h1", &key, &ns1);
-    let h2 = Sshd::start_in(dir, "h2", &key, &ns2);
-    let known_hosts = dir.join("known_hosts");
-    std::fs::write(
-        &known_hosts,
-        format!("{}{}", h1.known_hosts_line(), h2.known_hosts_line()),
-    )
-    .unwrap();
-    let inventory = format!(
-        "hosts:\n{}{}groups:\n  gpu: [h1, h2]\n",
-        h1.inventory_entry(
-            "h1",
-            &key,
-            &known_hosts,
-            &dir.join("w1"),
-            "    vars: {max_concurrency: 4}\n    labels: {gpu: big}\n"
-        ),
-        h2.inventory_entry(
-            "h2",
-            &key,
-            &known_hosts,
-            &dir.join("w2"),
-            "    vars: {max_concurrency: 2}\n    labels: {gpu: small}\n"
-        ),
+    let hosts = NetnsHosts::start(dir);
+    let [ns1, ns2] = &hosts.ns;
+    let inventory = hosts.inventory(
+        dir,
+        [
+            "    vars: {max_concurrency: 4}\n    labels: {gpu: big}\n",
+            "    vars: {max_concurrency: 2}\n    labels: {gpu: small}\n",
+        ],
     );
     std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
     std::fs::write(dir.join("e2e.yaml"), PLAYBOOK).unwrap();
@@ -124,7 +106,7 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
     assert!(server_log.contains("serving rigrun/tiny"), "{server_log}");
 
     // The sims were stopped when the playbook ended: nothing listens in the namespaces any more.
-    for ns in [&ns1, &ns2] {
+    for ns in [ns1, ns2] {
         let listening = sh(
             "ip",
             &["netns", "exec", &ns.name, "ss", "-ltnH", "sport = :30000"],

@@ -8,3 +8,4 @@ mod faults;
 mod host_disk;
 mod store_full;
 mod telemetry;
+mod variants;

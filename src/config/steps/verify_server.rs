@@ -56,11 +56,7 @@ impl Plans for VerifyServer {
     fn plan(&self, r: &Renderer) -> Result<VerifyServerPlan, RenderError> {
         Ok(VerifyServerPlan {
             url: r.render(&self.url, Quoting::Plain)?,
-            model: self
-                .model
-                .as_ref()
-                .map(|m| r.render(m, Quoting::Plain))
-                .transpose()?,
+            model: r.render_optional(&self.model, Quoting::Plain)?,
             wait: self.wait.map_or(DEFAULT_SERVER_WAIT, |d| d.0),
             smoke: self.smoke,
             api_key_env: self.api_key_env.clone(),

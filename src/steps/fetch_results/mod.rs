@@ -23,7 +23,6 @@ use crate::config::steps::fetch_results::FetchResultsPlan;
 use crate::config::template::shell_quote;
 use crate::events::{Event, RecordStatus, Stream};
 use crate::plan::PlannedStep;
-use crate::store::RunDir;
 use crate::transport::Output;
 
 /// Fetched files up to this size are read back to become records; larger ones are not results.
@@ -97,7 +96,8 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
             json!({ "src": pattern, "files": [] }),
         ));
     }
-    let dest_root = RunDir::host_dir(&ctx.run_dir, &ctx.host).join("fetched");
+    // hosts/<host>/fetched/, or hosts/<host>/<variant>/fetched/ for a server variant.
+    let dest_root = ctx.variant_dir().join("fetched");
     let mut report = Report::default();
     let wanted = classify(
         ctx,

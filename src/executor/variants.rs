@@ -1,0 +1,282 @@
+//! One host's server variants, one after another: each variant's server started (the one
+//! before it stopped and gone), timed until ready, the playbook's steps run against it, and the
+//! server stopped again. A variant that fails to start is recorded with its reason and log tail,
+//! its points failed as `failed to start`, and the next variant runs.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{json, Value as Json};
+
+use super::host::{HostJob, Stop};
+use crate::config::server::ServerPlan;
+use crate::config::steps::Action;
+use crate::config::HostVars;
+use crate::events::{Event, PointRun, Record, RecordStatus, Status};
+use crate::plan;
+use crate::resume::PointWork;
+use crate::steps::server::{self, StartFailure};
+use crate::steps::HostCtx;
+
+/// The name of the startup figures' table: one row per variant's server start.
+pub const STARTUP_STEP: &str = "server startup";
+
+/// Runs every variant with work left (a resumed run skips the variants that finished); returns
+/// where the host first failed. A server that cannot be stopped ends the host: the next variant
+/// would share its GPUs.
+pub(super) async fn run(job: &HostJob, ctx: &mut HostCtx, vars: HostVars) -> Option<Stop> {
+    let plans = match plan::plan_variants(&job.config, &vars) {
+        Ok(plans) => plans,
+        Err(e) => {
+            return Some(Stop {
+                step: "server".into(),
+                error: e.to_string(),
+            })
+        }
+    };
+    let mut first_failure = None;
+    for (plan, work) in plans.iter().zip(&job.works) {
+        if work.is_done() {
+            continue;
+        }
+        // The variant's server starts anew: a point cut short runs again, not re-attached.
+        ctx.work = Arc::new(work.with_server_restarted());
+        ctx.variant = Some(plan.variant.clone());
+        match run_variant(job, ctx, plan, &vars).await {
+            Ok(failure) => first_failure = first_failure.or(failure),
+            Err(stop) => return Some(stop),
+        }
+    }
+    ctx.variant = None;
+    first_failure
+}
+
+/// One variant: start, measure, stop. Ok(where it failed, if it did); Err when its server could
+/// not be stopped (or started at all).
+async fn run_variant(
+    job: &HostJob,
+    ctx: &mut HostCtx,
+    plan: &ServerPlan,
+    vars: &HostVars,
+) -> Result<Option<Stop>, Stop> {
+    let name = plan.variant.name().unwrap_or("server").to_string();
+    let at = |step: &str, error: String| Stop {
+        step: format!("{name}: {step}"),
+        error,
+    };
+    job.emit(Event::VariantStarted {
+        host: ctx.host.clone(),
+        variant: name.clone(),
+        index: plan.variant.index,
+        command: plan.command.clone(),
+    });
+    server::stop_leftovers(ctx, plan.stop_grace)
+        .await
+        .map_err(|e| at("stopping the servers before it", format!("{e:#}")))?;
+    let taken = server::already_answered(ctx, plan)
+        .await
+        .map_err(|e| at("checking its URL", format!("{e:#}")))?;
+    if let Some(reason) = taken {
+        let details = json!({ "command": plan.command });
+        return Ok(Some(failed_to_start(
+            job,
+            ctx,
+            (plan, vars),
+            StartFailure { reason, details },
+        )));
+    }
+    let (running, ready) = server::start(ctx, plan)
+        .await
+        .map_err(|e| at("starting the server", format!("{e:#}")))?;
+    let failure = match ready {
+        Ok(startup) => measure(job, ctx, (plan, vars), startup)
+            .await
+            .map(|s| at(&s.step, s.error)),
+        Err(failed) => Some(failed_to_start(job, ctx, (plan, vars), failed)),
+    };
+    let stopped = server::stop(ctx, running).await;
+    job.emit(Event::VariantStopped {
+        host: ctx.host.clone(),
+        variant: name.clone(),
+        error: stopped.as_ref().err().map(|e| format!("{e:#}")),
+        details: stopped.as_ref().cloned().unwrap_or(Json::Null),
+    });
+    match stopped {
+        Ok(_) => Ok(failure),
+        Err(e) => Err(at(
+            "stopping the server",
+            format!("{e:#}; no further variant is started on this host"),
+        )),
+    }
+}
+
+/// A variant whose server is up: its startup said and recorded, the steps run against it (and
+/// the servers they started stopped with it); where the host stopped, if it did.
+async fn measure(
+    job: &HostJob,
+    ctx: &mut HostCtx,
+    (plan, vars): (&ServerPlan, &HostVars),
+    startup: Json,
+) -> Option<Stop> {
+    let name = plan.variant.name().unwrap_or("server");
+    ready_event(ctx, name, Status::Ok, None, startup.clone());
+    startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
+    let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
+    for started in ctx.servers.drain(..) {
+        started.stop();
+    }
+    stop
+}
+
+/// A variant whose server did not come up: said (event, startup record), its steps' points
+/// failed with the reason; where the host stops.
+fn failed_to_start(
+    job: &HostJob,
+    ctx: &HostCtx,
+    (plan, vars): (&ServerPlan, &HostVars),
+    failed: StartFailure,
+) -> Stop {
+    let name = plan.variant.name().unwrap_or("server");
+    let reason = format!("failed to start: {}", failed.reason);
+    ready_event(
+        ctx,
+        name,
+        Status::Failed,
+        Some(reason.clone()),
+        failed.details.clone(),
+    );
+    startup_record(
+        ctx,
+        job.config.playbook.steps.len(),
+        &failed.details,
+        Some(&reason),
+    );
+    fail_steps(job, ctx, &plan.variant.vars(vars), &reason);
+    Stop {
+        step: format!("{name}: server"),
+        error: reason,
+    }
+}
+
+fn ready_event(ctx: &HostCtx, variant: &str, status: Status, error: Option<String>, startup: Json) {
+    ctx.emit(Event::VariantReady {
+        host: ctx.host.clone(),
+        variant: variant.to_string(),
+        status,
+        error,
+        startup,
+    });
+}
+
+/// The variant's startup as a record of its own table ([`STARTUP_STEP`], after the playbook's
+/// steps): launch → ready and → first token, in seconds; failed with the reason otherwise.
+fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Option<&str>) {
+    let metrics = match failed {
+        None => ["ready_seconds", "first_token_seconds"]
+            .iter()
+            .filter_map(|k| startup.get(*k).map(|v| (k.to_string(), v.clone())))
+            .collect(),
+        Some(_) => serde_json::Map::new(),
+    };
+    ctx.emit(Event::Record(Record {
+        run: ctx.run_id.clone(),
+        host: ctx.host.clone(),
+        step: STARTUP_STEP.to_string(),
+        step_index,
+        point: Default::default(),
+        metrics,
+        status: if failed.is_some() {
+            RecordStatus::Failed
+        } else {
+            RecordStatus::Ok
+        },
+        reason: failed.map(String::from),
+        attempt: 1,
+        repetition: 1,
+        variant: ctx.variant_values(),
+    }));
+}
+
+/// The steps of a variant whose server did not start: every point it would have measured is
+/// failed with `reason` (so the tables say so and `--resume` keeps it unless `--redo-failed`),
+/// every other step is skipped with it.
+fn fail_steps(job: &HostJob, ctx: &HostCtx, vars: &HostVars, reason: &str) {
+    let variant = ctx.variant_name().map(String::from);
+    for (index, step) in job.config.playbook.steps.iter().enumerate() {
+        if !ctx.work.runs_step(index) {
+            continue;
+        }
+        let planned = plan::plan_step(&job.config, index, step, vars, &HashSet::new());
+        let attempt = ctx.work.step_attempt(index);
+        job.emit(Event::StepStarted {
+            host: ctx.host.clone(),
+            index,
+            name: step.display_name(),
+            kind: step.kind().to_string(),
+            attempt,
+            variant: variant.clone(),
+        });
+        let (status, error) = match &planned {
+            Ok(planned) => match &planned.action {
+                Action::RunSweep(sweep) => {
+                    for run in sweep.runs() {
+                        fail_point(ctx, planned, &sweep.points[run.point], run.repetition, reason);
+                    }
+                    (Status::Failed, reason.to_string())
+                }
+                _ => (Status::Skipped, reason.to_string()),
+            },
+            Err(e) => (
+                Status::Failed,
+                format!("{reason}; the step cannot be planned either: {e}"),
+            ),
+        };
+        job.emit(Event::StepFinished {
+            host: ctx.host.clone(),
+            index,
+            name: step.display_name(),
+            attempt,
+            status,
+            error: Some(error),
+            details: json!(null),
+            seconds: 0.0,
+            variant: variant.clone(),
+        });
+    }
+}
+
+/// One point of a variant that did not start: finished failed, with a record saying why.
+fn fail_point(
+    ctx: &HostCtx,
+    step: &plan::PlannedStep,
+    point: &crate::config::steps::Point,
+    repetition: u32,
+    reason: &str,
+) {
+    let label = point.label();
+    let PointWork::Run { attempt } = ctx.work.point(step.index, &label, repetition) else {
+        return;
+    };
+    let at = PointRun { repetition, attempt };
+    ctx.record(
+        step,
+        &point.values,
+        at,
+        serde_json::Map::new(),
+        RecordStatus::Failed,
+        Some(reason.to_string()),
+    );
+    ctx.emit(Event::PointFinished {
+        host: ctx.host.clone(),
+        step: step.name.clone(),
+        point: label,
+        step_index: Some(step.index),
+        attempt,
+        repetition,
+        status: RecordStatus::Failed,
+        exit_code: None,
+        reason: Some(reason.to_string()),
+        seconds: 0.0,
+        variant: ctx.variant_name().map(String::from),
+    });
+}

@@ -1,0 +1,152 @@
+//! A server variant's server on one host: started as a detached job of the run (as
+//! `start-server` starts one), timed from launch to ready and to the first token of a one-token
+//! completion, and stopped for good (TERM, KILL after the grace, its processes gone from the
+//! host and from the GPUs) before the next variant starts.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::{json, Value as Json};
+use tokio::task::JoinHandle;
+
+use super::http::{get_models, smoke, wait_until_up};
+use super::start_server::{spawn_job, Watch};
+use super::verify_server::api_key;
+use super::HostCtx;
+use crate::config::server::ServerPlan;
+
+/// How long the server's follower may take to report the end of a stopped server.
+const FOLLOWER_END: Duration = Duration::from_secs(10);
+
+/// A variant's server, running as a job of the run. Dropped (Ctrl-C), it is stopped on the host.
+pub struct RunningServer {
+    job: String,
+    task: Option<JoinHandle<()>>,
+    watch: Arc<Mutex<Watch>>,
+    grace: Duration,
+    pub log: PathBuf,
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A variant that did not come up: why, and what it printed last.
+pub struct StartFailure {
+    pub reason: String,
+    pub details: Json,
+}
+
+/// Stops every job of the run still on the host — a server, or a point that measured it, left
+/// by a rigrun that was killed (a resumed run's) — and makes sure they are gone, before a
+/// variant starts: nothing of the run may share the host with the variant's server.
+pub async fn stop_leftovers(ctx: &HostCtx, grace: Duration) -> Result<()> {
+    ctx.transport.end_jobs("*", grace).await.map(drop)
+}
+
+/// Why the variant cannot start, when something already answers at its URL before its server
+/// is launched (the host's own server, left running): it, not the variant, would be measured.
+pub async fn already_answered(ctx: &HostCtx, plan: &ServerPlan) -> Result<Option<String>> {
+    let key = api_key(plan.api_key_env.as_deref())?;
+    let endpoint = ctx.transport.http_endpoint(&plan.url).await?;
+    let answered = get_models(&endpoint, key.as_deref()).await.ok();
+    Ok(answered.map(|info| {
+        format!(
+            "something already answers at {} (serving {}) before the server was launched: stop it first (the host's own server?), or give this one another port",
+            plan.url,
+            info.models.join(", ")
+        )
+    }))
+}
+
+/// Starts the variant's server and waits until it answers, lists the model and (with `smoke`)
+/// returns a token. The server comes back either way, so that the caller stops it.
+pub async fn start(ctx: &HostCtx, plan: &ServerPlan) -> Result<(RunningServer, Result<Json, StartFailure>)> {
+    let log = ctx.variant_dir().join("server.log");
+    std::fs::create_dir_all(ctx.variant_dir())?;
+    let watch = Arc::new(Mutex::new(Watch::default()));
+    let job = format!(
+        "{}server-{}",
+        ctx.job_prefix(),
+        &crate::transport::wrapper::new_marker()[9..17]
+    );
+    let launched = Instant::now();
+    let task = spawn_job(ctx, &job, ("server", &plan.command), &log, watch.clone())?;
+    let server = RunningServer {
+        job,
+        task: Some(task),
+        watch,
+        grace: plan.stop_grace,
+        log,
+    };
+    let ready = until_ready(ctx, plan, &server, launched).await;
+    let ready = ready.map_err(|reason| StartFailure {
+        details: json!({
+            "command": plan.command,
+            "log": server.log.strip_prefix(&ctx.run_dir).unwrap_or(&server.log).display().to_string(),
+            "log_tail": Watch::tail(&server.watch),
+        }),
+        reason,
+    });
+    Ok((server, ready))
+}
+
+/// Launch → ready (and → first token): the startup figures, or why the server is not up.
+async fn until_ready(
+    ctx: &HostCtx,
+    plan: &ServerPlan,
+    server: &RunningServer,
+    launched: Instant,
+) -> Result<Json, String> {
+    let text = |e: anyhow::Error| format!("{e:#}");
+    let key = api_key(plan.api_key_env.as_deref()).map_err(text)?;
+    let endpoint = ctx.transport.http_endpoint(&plan.url).await.map_err(text)?;
+    let watch = server.watch.clone();
+    let gone = move || Watch::gone(&watch);
+    let (info, _) = wait_until_up(&endpoint, plan.wait, key.as_deref(), &gone)
+        .await
+        .map_err(text)?;
+    let ready = launched.elapsed().as_secs_f64();
+    let model = match &plan.model {
+        Some(m) if !info.models.contains(m) => {
+            return Err(format!(
+                "model `{m}` is not served at {}; it serves: {}",
+                plan.url,
+                info.models.join(", ")
+            ))
+        }
+        Some(m) => m.clone(),
+        None => info.models.first().cloned().unwrap_or_default(),
+    };
+    let mut startup = json!({ "ready_seconds": ready, "models": info.models });
+    if plan.smoke {
+        smoke(&endpoint, &model, 1, key.as_deref()).await.map_err(text)?;
+        startup["first_token_seconds"] = json!(launched.elapsed().as_secs_f64());
+    }
+    Ok(startup)
+}
+
+/// Stops the server for good: TERM, KILL after its grace, then waits until its process group is
+/// gone and no pid of it is on the GPUs (job.sh `end`). What it reports goes in the details.
+pub async fn stop(ctx: &HostCtx, mut server: RunningServer) -> Result<Json> {
+    let started = Instant::now();
+    let groups = ctx.transport.end_jobs(&server.job, server.grace).await?;
+    if let Some(task) = server.task.take() {
+        // The follower ends once the job's group is gone; a follower stuck on a lost link is
+        // dropped, which says `stop` once more.
+        let aborter = task.abort_handle();
+        if tokio::time::timeout(FOLLOWER_END, task).await.is_err() {
+            aborter.abort();
+        }
+    }
+    Ok(json!({
+        "process_group": groups.first(),
+        "stop_seconds": started.elapsed().as_secs_f64(),
+    }))
+}
