@@ -187,6 +187,16 @@ fn a_repeated_sweep_resumes_at_the_repetition_it_was_stopped_in() {
     let run_dir = wait_for_event(&dir.path().join("runs"), |e| {
         e["event"] == "point_started" && e["point"] == "n=1" && e["repetition"] == 2
     });
+    // The event comes before the command runs: wait until it has written its line (it then
+    // waits for `go`), so that the signal cuts it short rather than prevents it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the third run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     crate::common::sh("kill", &["-TERM", &child.id().to_string()]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
