@@ -80,45 +80,45 @@ fn limit_hosts<'a>(
     limited
 }
 
-/// Host names become folder names in the run directory, so they stay plain.
-fn check_host_names(config: &Config) -> Vec<ConfigError> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+/// An error at each inventory host (its entry's place) that `problem` finds something wrong with.
+fn per_host(config: &Config, problem: impl Fn(&str, &super::HostSpec) -> Option<String>) -> Vec<ConfigError> {
     config
         .inventory
         .hosts
         .iter()
-        .filter(|(name, _)| name.is_empty() || !name.chars().all(plain) || name.starts_with('.'))
-        .map(|(name, spec)| {
-            ConfigError::at(
+        .filter_map(|(name, spec)| {
+            let message = problem(name, &spec.value)?;
+            Some(ConfigError::at(
                 &config.inventory_path,
                 &config.inventory_text,
                 &spec.referenced,
-                format!("host name `{name}` may only use letters, digits, `.`, `_` and `-` (put the address in `address:`)"),
-            )
+                message,
+            ))
         })
         .collect()
+}
+
+/// Host names become folder names in the run directory, so they stay plain.
+fn check_host_names(config: &Config) -> Vec<ConfigError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    per_host(config, |name, _| {
+        (name.is_empty() || !name.chars().all(plain) || name.starts_with('.')).then(|| {
+            format!("host name `{name}` may only use letters, digits, `.`, `_` and `-` (put the address in `address:`)")
+        })
+    })
 }
 
 /// A lease shorter than the host's check interval would stop commands that are merely running.
 fn check_leases(config: &Config) -> Vec<ConfigError> {
     let min = super::inventory::MIN_LEASE;
-    config
-        .inventory
-        .hosts
-        .iter()
-        .filter(|(_, spec)| spec.value.lease.is_some_and(|l| l.0 < min))
-        .map(|(name, spec)| {
-            ConfigError::at(
-                &config.inventory_path,
-                &config.inventory_text,
-                &spec.referenced,
-                format!(
-                    "host `{name}`: `lease:` must be at least {}s (the host checks it every second)",
-                    min.as_secs()
-                ),
+    per_host(config, |name, spec| {
+        spec.lease.is_some_and(|l| l.0 < min).then(|| {
+            format!(
+                "host `{name}`: `lease:` must be at least {}s (the host checks it every second)",
+                min.as_secs()
             )
         })
-        .collect()
+    })
 }
 
 /// `dcgm_exporter:` must be an http(s) URL with a host, as the host sees the exporter.
@@ -128,23 +128,14 @@ fn check_dcgm_exporters(config: &Config) -> Vec<ConfigError> {
             .map(|u| !matches!(u.scheme(), "http" | "https") || u.host_str().is_none())
             .unwrap_or(true)
     };
-    config
-        .inventory
-        .hosts
-        .iter()
-        .filter(|(_, spec)| spec.value.dcgm_exporter.as_deref().is_some_and(bad))
-        .map(|(name, spec)| {
-            ConfigError::at(
-                &config.inventory_path,
-                &config.inventory_text,
-                &spec.referenced,
-                format!(
-                    "host `{name}`: `dcgm_exporter:` must be the exporter's URL as the host sees it, \
-                     like http://127.0.0.1:9400/metrics"
-                ),
+    per_host(config, |name, spec| {
+        spec.dcgm_exporter.as_deref().is_some_and(bad).then(|| {
+            format!(
+                "host `{name}`: `dcgm_exporter:` must be the exporter's URL as the host sees it, \
+                 like http://127.0.0.1:9400/metrics"
             )
         })
-        .collect()
+    })
 }
 
 fn check_groups(config: &Config) -> Vec<ConfigError> {
