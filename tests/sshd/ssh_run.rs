@@ -572,6 +572,28 @@ fn a_kept_server_outlives_the_playbook_and_a_plain_one_does_not() {
     );
 }
 
+/// A plain server is gone when rigrun exits, even one that ignores SIGTERM (killed after
+/// job.sh's grace, which closing the transport waits for): a run started next on the same port
+/// cannot reach it.
+#[test]
+fn a_plain_server_that_ignores_sigterm_is_gone_when_the_run_ends() {
+    let (env, _a) = Env::with_one_host();
+    let port = free_port();
+    let rigrun = env!("CARGO_BIN_EXE_rigrun");
+    env.write(
+        "stubborn.yaml",
+        &format!(
+            "name: stubborn\nsteps:\n  - start-server: {{command: \"trap '' TERM; exec {rigrun} sim --profile tiny --port {port}\", url: \"http://127.0.0.1:{port}\"}}\n  - verify-server: {{url: \"http://127.0.0.1:{port}\", model: rigrun/tiny}}\n"
+        ),
+    );
+    let (out, _runs) = env.run("stubborn.yaml", &[]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the server still answers after rigrun exited"
+    );
+}
+
 /// Polls `done` for up to 10 s.
 fn wait_for(done: impl Fn() -> bool) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
