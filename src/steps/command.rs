@@ -68,13 +68,13 @@ pub async fn run_logged(
     on_stdout: &mut (dyn FnMut(StdoutLine) + Send),
 ) -> Result<CommandEnd> {
     let open = |ext: &str| -> Result<BufWriter<File>> {
-        let path = log_base.with_extension(ext);
+        let path = crate::store::beside(log_base, ext);
         Ok(BufWriter::new(
             File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
         ))
     };
-    let mut out_log = open("stdout.log")?;
-    let mut err_log = open("stderr.log")?;
+    let mut out_log = open(".stdout.log")?;
+    let mut err_log = open(".stderr.log")?;
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
     let mut log_error: Option<std::io::Error> = None;
     let mut on_output = |stream: Stream, output: Output| {

@@ -362,7 +362,7 @@ async fn run_attempt(
         }
     };
     let (ended, ()) = tokio::join!(command, records);
-    watch.point_finished(&mark, &log_base.with_extension("telemetry.jsonl"));
+    watch.point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"));
     ended
 }
 

@@ -14,4 +14,4 @@ mod run_dir;
 pub mod writer;
 
 pub use manifest::{manifest_for, HostEntry, Manifest, Process};
-pub use run_dir::{read_events, read_manifest, read_records, slug, RunDir};
+pub use run_dir::{beside, read_events, read_manifest, read_records, slug, RunDir};

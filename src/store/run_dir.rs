@@ -32,6 +32,15 @@ pub struct RunDir {
 }
 
 /// A file-name-safe form of `text`: letters, digits, `.`, `_`, `=`, `-`; anything else becomes `_`.
+/// `base` with `suffix` appended (`003-temperature=0.7` + `.stdout.log`): unlike
+/// `Path::with_extension`, a dot in the name (a point's value) is kept, so that two points or
+/// repetitions never share a file.
+pub fn beside(base: &Path, suffix: &str) -> PathBuf {
+    let mut name = base.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 pub fn slug(text: &str) -> String {
     let s: String = text
         .chars()
@@ -327,6 +336,20 @@ fn blank(bytes: &[u8], error: serde_json::Error) -> Result<Option<Record>, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_suffix_keeps_the_dots_of_a_name() {
+        let base = Path::new("run/001-temperature=0.7-rep2");
+        assert_eq!(
+            beside(base, ".stdout.log"),
+            Path::new("run/001-temperature=0.7-rep2.stdout.log")
+        );
+        // What `with_extension` made of it: every repetition of the point in one file.
+        assert_eq!(
+            base.with_extension("stdout.log"),
+            Path::new("run/001-temperature=0.stdout.log")
+        );
+    }
 
     #[test]
     fn slugs_are_file_name_safe() {

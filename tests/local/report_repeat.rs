@@ -149,3 +149,20 @@ fn run_repeat_applies_to_sweeps_without_their_own_and_is_kept() {
     let bad = run_rigrun(dir.path(), &["run", "twice.yaml", "--repeat", "0"]);
     assert_eq!(bad.status.code(), Some(2), "{:?}", text(&bad));
 }
+
+/// A point whose value has a dot keeps one log per repetition (the name is not cut at the dot).
+#[test]
+fn each_repetition_of_a_dotted_point_keeps_its_own_log() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hosts.yaml"), INVENTORY).unwrap();
+    std::fs::write(
+        dir.path().join("sweep.yaml"),
+        "name: dotted\nsteps:\n  - run-sweep:\n      repeat: 2\n      matrix: {t: [0.7]}\n      command: >-\n        \
+         f={{ dir }}/n; n=$(( $(cat $f 2>/dev/null || echo 0) + 1 )); echo $n > $f; echo \"run $n\"\n",
+    )
+    .unwrap();
+    let run = run_dir(dir.path());
+    let log = |name: &str| std::fs::read_to_string(run.join("hosts/a/01-run-sweep").join(name)).unwrap();
+    assert_eq!(log("001-t=0.7.stdout.log"), "run 1\n");
+    assert_eq!(log("001-t=0.7-rep2.stdout.log"), "run 2\n");
+}
