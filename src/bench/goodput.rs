@@ -6,7 +6,14 @@
 
 use std::time::Duration;
 
-use crate::config::slo::Slo;
+use crate::config::slo::{Slo, SLO_ENV};
+
+/// The limits a playbook hands this bench through `RIGRUN_SLO` (see [`Goodput::of_playbook`]).
+pub fn from_env() -> Option<Goodput> {
+    std::env::var(SLO_ENV)
+        .ok()
+        .and_then(|text| Goodput::of_playbook(&text))
+}
 
 /// Per-request latency limits; none stated is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -46,6 +53,36 @@ impl Goodput {
         Ok(g)
     }
 
+    /// The limits of the playbook that runs this bench (`RIGRUN_SLO`), when it states any: the
+    /// latency limits among them (the others cannot be judged per request and are left to the
+    /// report, said on stderr). None without the variable, or with nothing to judge.
+    fn of_playbook(text: &str) -> Option<Goodput> {
+        let slo = match Slo::parse(text) {
+            Ok(slo) => slo,
+            Err(why) => {
+                eprintln!("rigrun bench: ignoring {SLO_ENV}={text}: {why}");
+                return None;
+            }
+        };
+        let (latencies, others): (Vec<_>, Vec<_>) = slo
+            .limits
+            .into_iter()
+            .partition(|(m, _)| ["ttft", "tpot", "e2el"].iter().any(|k| m.contains(k)));
+        if !others.is_empty() {
+            let names: Vec<&str> = others.iter().map(|(m, _)| m.as_str()).collect();
+            eprintln!(
+                "rigrun bench: goodput by the playbook's slo: without {} (not a request's latency)",
+                names.join(", ")
+            );
+        }
+        let latencies = Slo {
+            limits: latencies.into_iter().collect(),
+        };
+        (!latencies.is_empty())
+            .then(|| Goodput::from_slo(&latencies).ok())
+            .flatten()
+    }
+
     /// Whether a request met every limit; one whose limited latency was not measured (TPOT of a
     /// one-token answer, TTFT without a stream) did not.
     pub fn met_by(&self, request: &Latencies) -> bool {
@@ -62,6 +99,20 @@ impl Goodput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_playbooks_limits_judge_latencies_and_leave_the_rest() {
+        let g = Goodput::of_playbook("p99_ttft_ms=2000,output_throughput=5,median_tpot_ms=50").unwrap();
+        assert_eq!(g.ttft, Some(Duration::from_secs(2)));
+        assert_eq!(g.tpot, Some(Duration::from_millis(50)));
+        assert_eq!(g.e2el, None);
+        assert_eq!(
+            Goodput::of_playbook("output_throughput=5"),
+            None,
+            "nothing per request"
+        );
+        assert_eq!(Goodput::of_playbook("garbage"), None);
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -123,6 +123,7 @@ pub struct BenchArgs {
     /// meet these limits (as vLLM's --goodput), in the record as `goodput` and `good_requests`.
     /// The limits are written as the report's --slo (p99_ttft_ms=2000,median_tpot_ms=50); per
     /// request, a limit on any statistic of a latency bounds that latency, the strictest winning.
+    /// Without it, in a sweep of a playbook with `slo:`, the playbook's (RIGRUN_SLO).
     #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
     pub slo: Option<crate::config::slo::Slo>,
 }
@@ -147,12 +148,10 @@ fn positive_rate(text: &str) -> Result<f64, String> {
 /// Runs `rigrun bench`; the exit code says whether every level is valid.
 pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     check_args(&args)?;
-    let goodput = args
-        .slo
-        .as_ref()
-        .map(Goodput::from_slo)
-        .transpose()
-        .map_err(Invalid)?;
+    let goodput = match &args.slo {
+        Some(slo) => Some(Goodput::from_slo(slo).map_err(Invalid)?),
+        None => goodput::from_env(),
+    };
     let source = Source::parse(&args.workload).map_err(Invalid)?;
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir)

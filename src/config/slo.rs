@@ -30,9 +30,19 @@ pub struct Slo {
     pub limits: IndexMap<String, f64>,
 }
 
+/// The environment variable that hands a playbook's limits to the commands of its sweeps, in
+/// `--slo`'s form: `rigrun bench` there judges goodput by them when not given `--slo`.
+pub const SLO_ENV: &str = "RIGRUN_SLO";
+
 impl Slo {
     pub fn is_empty(&self) -> bool {
         self.limits.is_empty()
+    }
+
+    /// The limits as `--slo` takes them: `p99_ttft_ms=2000,median_tpot_ms=50`.
+    pub fn to_flag(&self) -> String {
+        let parts: Vec<String> = self.limits.iter().map(|(m, l)| format!("{m}={l}")).collect();
+        parts.join(",")
     }
 
     /// `--slo p99_ttft_ms=2000,median_tpot_ms=50`: the message names the part that is wrong.

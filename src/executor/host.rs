@@ -102,6 +102,7 @@ impl HostJob {
                 .unwrap_or_else(|| Arc::new(HostWork::fresh(config))),
             variant: None,
             gpu_source: gpu_source(spec, &facts),
+            slo: config.slo.clone(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);

@@ -55,6 +55,8 @@ pub struct HostCtx {
     pub gpu_source: crate::telemetry::GpuSource,
     /// The server variant the steps run against, when the playbook has variants.
     pub variant: Option<Variant>,
+    /// The playbook's latency limits, handed to sweep commands (see `slo::SLO_ENV`).
+    pub slo: crate::config::slo::Slo,
 }
 
 /// What a step reports when it ends.

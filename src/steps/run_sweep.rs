@@ -286,6 +286,16 @@ async fn run_point(
     }
 }
 
+/// The point's command with the playbook's limits in its environment (`RIGRUN_SLO`), so that
+/// `rigrun bench` there reports goodput by them without a `--slo` of its own.
+fn with_slo(slo: &crate::config::slo::Slo, command: &str) -> String {
+    if slo.is_empty() {
+        return command.to_string();
+    }
+    let flag = crate::config::template::shell_quote(&slo.to_flag());
+    format!("export {}={flag}; {command}", crate::config::slo::SLO_ENV)
+}
+
 /// What a stdout line made, on its way to be recorded in order.
 enum Made {
     Record(serde_json::Map<String, serde_json::Value>),
@@ -333,12 +343,13 @@ async fn run_attempt(
         };
     };
     let shown = format!("{} {}", step.name, point.label());
+    let point_command = with_slo(&ctx.slo, &point.command);
     let command = async move {
         // `on_stdout` (and with it the channel's sender) ends with the command.
         run_logged(
             ctx,
             job,
-            &point.command,
+            &point_command,
             &shown,
             log_base,
             step.timeout,

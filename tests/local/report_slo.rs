@@ -297,3 +297,44 @@ fn compare_across_runs_gives_each_runs_capacity_against_the_first() {
     let loose = rigrun_ok(&["compare", first, second, "--slo", "p99_ttft_ms=100000"], 0);
     assert!(loose.contains("within SLO (p99_ttft_ms ≤ 100000)"), "{loose}");
 }
+
+/// A playbook's `slo:` reaches `rigrun bench` on the host (as `RIGRUN_SLO`): its records carry
+/// goodput without a `--slo` in the command — judged by the latency limits only, the others
+/// said and left to the report — and a playbook without `slo:` gets none.
+#[test]
+fn the_playbooks_slo_gives_goodput_to_rigrun_bench_without_a_flag() {
+    let sim = crate::sim_support::Sim::start("tiny", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  a: {connection: local}\n",
+    )
+    .unwrap();
+    let playbook = |slo: &str| {
+        format!(
+            "name: goodput\n{slo}steps:\n  - run-sweep:\n      matrix: {{concurrency: [1]}}\n      command: >-\n        \
+             {{{{ rigrun }}}} bench --url {} --model rigrun/tiny --concurrency {{{{ concurrency }}}}\n        \
+             --num-requests 5 --warmup 0 --input-len 16 --output-len 8\n",
+            sim.base
+        )
+    };
+    let run = |slo: &str| {
+        std::fs::write(dir.path().join("sweep.yaml"), playbook(slo)).unwrap();
+        let (run_dir, out) = run(dir.path(), &[]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        let log = run_dir.join("hosts/a/01-run-sweep/001-concurrency=1.stderr.log");
+        (
+            crate::common::records(&run_dir),
+            std::fs::read_to_string(log).unwrap(),
+        )
+    };
+    let (judged, said) = run("slo: {p99_ttft_ms: 100000, output_throughput: 1}\n");
+    assert_eq!(judged[0]["metrics"]["good_requests"], 5, "{}", judged[0]);
+    assert!(judged[0]["metrics"]["goodput"].as_f64().unwrap() > 0.0);
+    assert!(
+        said.contains("without output_throughput (not a request's latency)"),
+        "{said}"
+    );
+    let (unjudged, _) = run("");
+    assert!(unjudged[0]["metrics"].get("goodput").is_none(), "{}", unjudged[0]);
+}
