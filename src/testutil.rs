@@ -15,3 +15,26 @@ pub fn wait_until_gone(pid: &str) -> bool {
     }
     false
 }
+
+/// A record for unit tests: of `host` at `point`, with `metrics` (a JSON object) and `status`
+/// (a reason when not ok), of step 1 `run-sweep`, attempt and repetition 1.
+pub fn record(
+    host: &str,
+    point: &[(&str, serde_json::Value)],
+    metrics: serde_json::Value,
+    status: crate::events::RecordStatus,
+) -> crate::events::Record {
+    crate::events::Record {
+        run: "r".into(),
+        host: host.into(),
+        step: "run-sweep".into(),
+        step_index: 0,
+        point: point.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        metrics: metrics.as_object().cloned().unwrap_or_default(),
+        status,
+        reason: (status != crate::events::RecordStatus::Ok).then(|| "why".to_string()),
+        attempt: 1,
+        repetition: 1,
+        variant: None,
+    }
+}

@@ -34,23 +34,34 @@ pub struct Latencies {
 impl Goodput {
     /// The per-request limits of `slo`; an error naming a metric that is no request latency.
     pub fn from_slo(slo: &Slo) -> Result<Goodput, String> {
-        let mut g = Goodput::default();
+        match Goodput::limits_of(slo) {
+            (g, others) if others.is_empty() => Ok(g),
+            (_, others) => Err(format!(
+                "--slo {}: goodput judges each request's latency: name a ttft, tpot or e2el \
+                 metric in ms (e.g. p99_ttft_ms=2000)",
+                others[0]
+            )),
+        }
+    }
+
+    /// The limits of `slo` on a request's latencies, the strictest per latency, and the metrics
+    /// that are no request's latency.
+    fn limits_of(slo: &Slo) -> (Goodput, Vec<&str>) {
+        let (mut g, mut others) = (Goodput::default(), Vec::new());
         for (metric, &ms) in &slo.limits {
             let slot = match metric.as_str() {
                 m if m.contains("ttft") => &mut g.ttft,
                 m if m.contains("tpot") => &mut g.tpot,
                 m if m.contains("e2el") => &mut g.e2el,
                 m => {
-                    return Err(format!(
-                        "--slo {m}: goodput judges each request's latency: name a ttft, tpot or \
-                         e2el metric in ms (e.g. p99_ttft_ms=2000)"
-                    ))
+                    others.push(m);
+                    continue;
                 }
             };
             let limit = Duration::from_secs_f64(ms / 1000.0);
             *slot = Some(slot.map_or(limit, |l| l.min(limit)));
         }
-        Ok(g)
+        (g, others)
     }
 
     /// The limits of the playbook that runs this bench (`RIGRUN_SLO`), when it states any: the
@@ -64,23 +75,14 @@ impl Goodput {
                 return None;
             }
         };
-        let (latencies, others): (Vec<_>, Vec<_>) = slo
-            .limits
-            .into_iter()
-            .partition(|(m, _)| ["ttft", "tpot", "e2el"].iter().any(|k| m.contains(k)));
+        let (goodput, others) = Goodput::limits_of(&slo);
         if !others.is_empty() {
-            let names: Vec<&str> = others.iter().map(|(m, _)| m.as_str()).collect();
             eprintln!(
                 "rigrun bench: goodput by the playbook's slo: without {} (not a request's latency)",
-                names.join(", ")
+                others.join(", ")
             );
         }
-        let latencies = Slo {
-            limits: latencies.into_iter().collect(),
-        };
-        (!latencies.is_empty())
-            .then(|| Goodput::from_slo(&latencies).ok())
-            .flatten()
+        (goodput != Goodput::default()).then_some(goodput)
     }
 
     /// Whether a request met every limit; one whose limited latency was not measured (TPOT of a

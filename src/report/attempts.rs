@@ -35,17 +35,8 @@ mod tests {
 
     fn record(c: u64, attempt: u32, status: RecordStatus, x: f64) -> Record {
         Record {
-            run: "r".into(),
-            host: "a".into(),
-            step: "s".into(),
-            step_index: 0,
-            point: [("c".to_string(), json!(c))].into_iter().collect(),
-            metrics: json!({ "x": x }).as_object().cloned().unwrap(),
-            status,
-            reason: None,
             attempt,
-            repetition: 1,
-            variant: None,
+            ..crate::testutil::record("a", &[("c", json!(c))], json!({ "x": x }), status)
         }
     }
 

@@ -484,17 +484,8 @@ mod tests {
 
     fn record(repetition: u32, metrics: serde_json::Value, status: RecordStatus) -> Record {
         Record {
-            run: "r".into(),
-            host: "h".into(),
-            step: "run-sweep".into(),
-            step_index: 0,
-            point: Default::default(),
-            metrics: serde_json::from_value(metrics).unwrap(),
-            status,
-            reason: (status == RecordStatus::Failed).then(|| "exit code 1".into()),
-            attempt: 1,
             repetition,
-            variant: None,
+            ..crate::testutil::record("h", &[], metrics, status)
         }
     }
 

@@ -95,16 +95,22 @@ pub struct Series {
     pub last_measured: Option<f64>,
 }
 
-/// The story of one series: levels in any order; levels at the same concurrency keep the last.
-pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> Series {
-    levels.sort_by(|a, b| a.concurrency.total_cmp(&b.concurrency));
+/// Sorts `levels` by concurrency, keeping the last of those at the same concurrency: what both
+/// the scaling story and the SLO capacity read a series as.
+pub fn by_concurrency<T>(levels: &mut Vec<T>, concurrency: impl Fn(&T) -> f64) {
+    levels.sort_by(|a, b| concurrency(a).total_cmp(&concurrency(b)));
     levels.dedup_by(|later, earlier| {
-        let same = later.concurrency == earlier.concurrency;
+        let same = concurrency(later) == concurrency(earlier);
         if same {
             std::mem::swap(later, earlier);
         }
         same
     });
+}
+
+/// The story of one series: levels in any order; levels at the same concurrency keep the last.
+pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> Series {
+    by_concurrency(&mut levels, |l| l.concurrency);
     let measured: Vec<(f64, f64)> = levels
         .iter()
         .filter_map(|l| match l.outcome {

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::cell::{cell, format_number, Cell};
-use super::scaling::{other_axes, series_rows, Row};
+use super::scaling::{by_concurrency, other_axes, series_rows, Row};
 use super::steps::StepRecords;
 use crate::config::slo::Slo;
 
@@ -229,15 +229,7 @@ impl SloCapacity {
 
 /// One series' capacity; none when it has no level.
 fn capacity(name: String, host: String, mut rows: Vec<Row>, metric: &str, limits: &Slo) -> Option<Capacity> {
-    rows.sort_by(|a, b| a.concurrency.total_cmp(&b.concurrency));
-    // Levels at the same concurrency keep the last, as the scaling story does.
-    rows.dedup_by(|later, earlier| {
-        let same = later.concurrency == earlier.concurrency;
-        if same {
-            std::mem::swap(later, earlier);
-        }
-        same
-    });
+    by_concurrency(&mut rows, |r| r.concurrency);
     let axes = other_axes(rows.first()?.records.first()?);
     let verdicts: Vec<Option<Breach>> = rows.iter().map(|r| judge(r, limits)).collect();
     let top = verdicts.iter().rposition(Option::is_none);
@@ -306,23 +298,10 @@ mod tests {
     use super::*;
     use crate::events::{Record, RecordStatus};
     use crate::report::steps::group;
-    use indexmap::IndexMap;
     use serde_json::{json, Value as Json};
 
     fn record(host: &str, c: u64, status: RecordStatus, metrics: Json) -> Record {
-        Record {
-            run: "r".into(),
-            host: host.into(),
-            step: "sweep".into(),
-            step_index: 0,
-            point: IndexMap::from([("concurrency".to_string(), json!(c))]),
-            metrics: metrics.as_object().cloned().unwrap_or_default(),
-            status,
-            reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
-            attempt: 1,
-            repetition: 1,
-            variant: None,
-        }
+        crate::testutil::record(host, &[("concurrency", json!(c))], metrics, status)
     }
 
     /// A host whose p99 TTFT is 100 × C ms and whose throughput is 10 × C.

@@ -126,20 +126,9 @@ mod tests {
     use serde_json::{json, Value as Json};
 
     fn record(host: &str, c: u64, status: RecordStatus, metrics: Json) -> Record {
-        let mut point = IndexMap::new();
-        point.insert("concurrency".to_string(), json!(c));
         Record {
-            run: "r".into(),
-            host: host.into(),
-            step: "run-sweep".into(),
             step_index: 2,
-            point,
-            metrics: metrics.as_object().cloned().unwrap_or_default(),
-            status,
-            reason: (status != RecordStatus::Ok).then(|| "why".to_string()),
-            attempt: 1,
-            repetition: 1,
-            variant: None,
+            ..crate::testutil::record(host, &[("concurrency", json!(c))], metrics, status)
         }
     }
 

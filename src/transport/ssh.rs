@@ -365,7 +365,7 @@ impl SshTransport {
         let marker = login_noise::new_marker("cat");
         let script = format!(
             "printf '%s' \"$1\"; printf '%s\\n' \"$1\" >&2; f=$(printf '{}x'); f=${{f%x}}; \
-             cat -- \"$f\" || exit; stat -L -c '%s %Y' -- \"$f\" >&2",
+             cat -- \"$f\" || exit; stat -L -c '%s %Y' -- \"$f\" >&2 || true",
             octal_escapes(path.as_os_str().as_encoded_bytes())
         );
         let mut child = session
@@ -399,7 +399,8 @@ impl SshTransport {
         if !status.success() {
             bail!("cannot read {} on {}: {}", path.display(), self.host, err.trim());
         }
-        // stat's line, the last on stderr: the length and modification time after reading.
+        // stat's line, the last on stderr: the length and modification time after reading
+        // (none where stat cannot say: the size is still checked against the listing).
         let after: Vec<u64> = err
             .lines()
             .last()

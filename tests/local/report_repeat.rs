@@ -38,12 +38,7 @@ fn run_dir(dir: &Path) -> PathBuf {
 }
 
 fn show(run: &Path, format: &str) -> String {
-    let out = rigrun()
-        .args(["show", run.to_str().unwrap(), "--format", format])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{:?}", text(&out));
-    text(&out).0
+    crate::reporting::rigrun_ok(&["show", run.to_str().unwrap(), "--format", format], 0)
 }
 
 fn lines(path: PathBuf) -> Vec<serde_json::Value> {
