@@ -30,7 +30,9 @@ hosts:
 
 const PLAYBOOK: &str = r#"
 name: sim-report
-vars: {input_len: 1000, output_len: 16}
+# 64 output tokens: each request lasts long enough that the script holds C of them at once
+# (with 16 a C=64 point could end with the server never running 64, which telemetry flags).
+vars: {input_len: 1000, output_len: 64}
 steps:
   - start-server:
       command: "{{ rigrun }} sim --profile {{ profile }} --port {{ port }}"
@@ -105,7 +107,7 @@ fn compare_and_report_a_run_on_simulated_gpu_servers() {
     assert!(row.ends_with("| skipped [1] | — |"), "{row}");
     assert!(md.contains("\n- blackwell: 1→4 ×"), "{md}");
     // Markdown escapes the `*` of the skip_if expression.
-    assert!(md.contains("capacity limit: C=64 skipped (concurrency \\* (input_len + output_len) = 65024 > kv_capacity_tokens = 40000)"), "{md}");
+    assert!(md.contains("capacity limit: C=64 skipped (concurrency \\* (input_len + output_len) = 68096 > kv_capacity_tokens = 40000)"), "{md}");
 
     let html = d.join("report.html");
     rigrun_ok(&["report", run, "--out", html.to_str().unwrap()], 0);
