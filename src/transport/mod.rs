@@ -8,6 +8,7 @@
 //! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 
 mod channel;
+mod cipher;
 mod frame;
 mod job;
 mod local;

@@ -20,6 +20,7 @@ use tokio::io::AsyncSeek;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::channel::Channel;
+use super::cipher;
 use super::login_noise::{self, LoginNoise, SkipThrough};
 use super::wrapper::{self, Output, Stream};
 use super::{HttpEndpoint, Lost, Streamed};
@@ -36,6 +37,8 @@ const READ_AHEAD: usize = 16;
 const CHUNK: u32 = 252 * 1024;
 /// Files this big stream through `cat` rather than SFTP: one stream, no request per chunk.
 const CAT_FROM: u64 = 64 << 20;
+/// What one read from `cat`'s stream may take: a whole widened pipe.
+const CAT_CHUNK: usize = 1 << 20;
 /// Longest an SFTP handshake may take; a stream corrupted by a login shell's output can make
 /// the client wait for a packet that never comes.
 const SFTP_HANDSHAKE: Duration = Duration::from_secs(30);
@@ -55,7 +58,13 @@ pub struct SshTransport {
 
 /// What it takes to (re)start the ControlMaster.
 struct MasterSpec {
+    /// `-M -f -N` and the rest before the address.
     args: Vec<String>,
+    /// The options that configure the connection (no master flags), for `ssh -G`.
+    config_args: Vec<String>,
+    address: String,
+    /// `-o Ciphers=…` when rigrun reorders the cipher list (see [`cipher`]), asked once.
+    cipher: tokio::sync::OnceCell<Option<String>>,
     control: PathBuf,
     log: PathBuf,
     dir: PathBuf,
@@ -380,8 +389,9 @@ impl SshTransport {
             .spawn()
             .await
             .with_context(|| format!("cannot start cat on {}", self.host))?;
-        let mut stdout = SkipThrough::new(child.stdout().take().context("no stdout channel")?, &marker);
-        let mut buf = vec![0u8; CHUNK as usize];
+        let stdout = super::channel::widened(child.stdout().take().context("no stdout channel")?);
+        let mut stdout = SkipThrough::new(stdout, &marker);
+        let mut buf = vec![0u8; CAT_CHUNK];
         let mut total = 0;
         loop {
             let n = stdout.read(&mut buf).await?;
@@ -659,7 +669,7 @@ impl MasterSpec {
             KnownHostsPolicy::Strict => "yes",
             KnownHostsPolicy::AcceptNew => "accept-new",
         };
-        let mut args: Vec<String> = vec![
+        let master: Vec<String> = vec![
             "-M".into(),
             "-S".into(),
             control.display().to_string(),
@@ -667,9 +677,8 @@ impl MasterSpec {
             "-N".into(),
             "-E".into(),
             log.display().to_string(),
-            "-o".into(),
-            format!("StrictHostKeyChecking={checking}"),
         ];
+        let mut args: Vec<String> = vec!["-o".into(), format!("StrictHostKeyChecking={checking}")];
         // The user's options come before our defaults: for ssh, the first value given wins.
         for (key, value) in &spec.ssh_options {
             args.extend(["-o".into(), format!("{key}={value}")]);
@@ -705,9 +714,12 @@ impl MasterSpec {
             .find(|(k, _)| k.eq_ignore_ascii_case("UserKnownHostsFile"))
             .map(|(_, v)| v.as_str());
         let keys = KeyCommands::new(&address, spec.port, known_hosts);
-        args.extend(["--".into(), address]);
+        let sets_ciphers = spec.ssh_options.keys().any(|k| k.eq_ignore_ascii_case("Ciphers"));
         MasterSpec {
-            args,
+            args: [master, args.clone()].concat(),
+            config_args: args,
+            address,
+            cipher: tokio::sync::OnceCell::new_with(sets_ciphers.then_some(None)),
             control,
             log,
             dir: dir.to_path_buf(),
@@ -720,10 +732,17 @@ impl MasterSpec {
     async fn start(&self) -> Result<Session> {
         let _ = std::fs::remove_file(&self.control);
         let _ = std::fs::remove_file(&self.log);
+        let cipher = self
+            .cipher
+            .get_or_init(|| cipher::preference(&self.config_args, &self.address))
+            .await;
         let status = tokio::time::timeout(
             CONNECT_DEADLINE,
             tokio::process::Command::new("ssh")
                 .args(&self.args)
+                .args(cipher.iter().flat_map(|c| ["-o", c.as_str()]))
+                .arg("--")
+                .arg(&self.address)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

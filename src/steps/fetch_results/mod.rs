@@ -328,9 +328,11 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
 }
 
 /// One shell command listing the glob: the glob's directory resolved, whether `sha256sum` exists,
-/// then per match its type, readability, name, link target and resolved directory; then the
-/// sizes and modification times (`find -printf`) and checksums (`sha256sum`, one process for all,
-/// files up to [`HOST_HASH_LIMIT`]) of the files to fetch.
+/// then per match its type (`find -printf %y%Y`), readability, name and directory; each such
+/// directory resolved (`pwd -P`); each link's target (`readlink -f`); then the sizes and
+/// modification times (`find -printf`) and checksums (`sha256sum`, one process for all, files up
+/// to [`HOST_HASH_LIMIT`]) of the files to fetch. `find` goes over all the names at once; only
+/// the directories and the links, which are few, cost a command each.
 /// Fields are NUL-separated (names are any bytes, newlines included: the lines the channel cuts
 /// the output into are joined again), after a [`LISTING_START`] line, and the list ends with a
 /// newline of its own, so that every byte of it is inside a whole line.
@@ -351,37 +353,37 @@ fn listing_command(pattern: &str, follow: bool) -> String {
 /// The line the listing starts with.
 const LISTING_START: &str = "__rigrun_listing__";
 
+/// One `find` goes over all the matches (as many as `xargs` needs; the glob's matches are
+/// anchored, `/` or `./`, so none is taken for an expression) and prints each one's type
+/// (`%y%Y`: its own, then what a link points to), readability, name, directory, size and
+/// modification time, and writes aside, one file per `find`, the directories, the links and the
+/// regular files to hash. The directories are then resolved, and the links, which are few, one
+/// by one; links to files inside the glob's directory are followed when asked (`$D/f`). The
+/// checksums come from up to four `sha256sum`s at once, each into a file of its own.
 const LISTING_SCRIPT: &str = r#"printf '%s\n' __rigrun_listing__
 B=$(cd -- @BASE@ 2>/dev/null && pwd -P); P=${B%/}/; [ -n "$B" ] || P=//none/
-T=$(mktemp) || exit 1
-trap 'rm -f "$T"' EXIT
+D=$(mktemp -d) || exit 1
+trap 'rm -rf "$D"' EXIT
 {
 printf '%s\0' "$B"
 if command -v sha256sum >/dev/null 2>&1; then printf '1\0'; else printf '0\0'; fi
-pd=; rd=
-exec 3>"$T"
-for f in @GLOB@; do
-  r=
-  if [ -L "$f" ]; then t=l; [ -f "$f" ] && t=L; r=$(readlink -f -- "$f" && printf x); r=${r%??}
-  elif [ -f "$f" ]; then t=f
-  elif [ -d "$f" ]; then t=d
-  elif [ -e "$f" ]; then t=o
-  else continue; fi
-  if [ -r "$f" ]; then a=r; else a=-; fi
-  case "$f" in */*) d=${f%/*}/ ;; *) d=./ ;; esac
-  if [ "$d" != "$pd" ]; then pd=$d; rd=$(cd -- "$d" 2>/dev/null && pwd -P); fi
-  printf '%s\0%s\0%s\0%s\0%s\0' "$t" "$a" "$f" "$r" "$rd"
-  case "$t$r" in
-    f) printf '%s\0' "$f" >&3 ;;
-    L"$P"*) [ @FOLLOW@ = 1 ] && printf '%s\0' "$f" >&3 ;;
-  esac
-done
-exec 3>&-
+printf '%s\0' @GLOB@ | xargs -0 -r sh -c 'exec find -P "$@" -maxdepth 0 \
+  \( -readable -printf "%y%Y\0r\0" -o -printf "%y%Y\0-\0" \) -printf "%p\0%h\0%s\0%T@\0" \
+  -fprintf "$0/d.$$" "d%h\0" \
+  \( -type l -fprint0 "$0/l.$$" -o -type f -size -@HASHC@c -fprint0 "$0/h.$$" -o -true \)' "$D" 2>/dev/null
 printf '\0'
-xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\\0%T@\\0%p\\0"' sh < "$T" 2>/dev/null
+cat "$D"/d.* 2>/dev/null | sort -zu |
+  xargs -0 -r sh -c 'for d; do d=${d#d}; printf "d%s\0%s\0" "$d" "$(cd -- "${d:-/}" 2>/dev/null && pwd -P)"; done' sh
 printf '\0'
-xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$T" 2>/dev/null |
-  xargs -0 -r sha256sum -- 2>/dev/null | tr '\n' '\0'
+cat "$D"/l.* 2>/dev/null |
+  xargs -0 -r sh -c 'for f; do r=$(readlink -f -- "$f" && printf x); r=${r%??}; printf "%s\0%s\0" "$f" "$r"
+    case "$r" in "$0"*) [ @FOLLOW@ = 1 ] && [ -f "$f" ] && printf "%s\0" "$f" >&3 ;; esac; done' "$P" 3>"$D/f"
+printf '\0'
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\0%T@\0%p\0"' sh < "$D/f" 2>/dev/null
+printf '\0'
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$D/f" 2>/dev/null >> "$D/h.links"
+cat "$D"/h.* 2>/dev/null | xargs -0 -r -P 4 -n 2500 sh -c 'exec sha256sum -- "$@" > "$0/s.$$" 2>/dev/null' "$D"
+cat "$D"/s.* 2>/dev/null | tr '\n' '\0'
 printf '\n'
 }"#;
 
@@ -407,38 +409,65 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
     let base = field(&mut fields)?.to_vec();
     let has_sha256 = field(&mut fields)? == b"1";
     let mut entries = Vec::new();
+    let mut dirs = Vec::new();
     loop {
         let tag = field(&mut fields)?;
         if tag.is_empty() {
             break;
         }
+        let kind = kind(tag)?;
+        let readable = field(&mut fields)? == b"r";
+        let path = field(&mut fields)?.to_vec();
+        dirs.push(field(&mut fields)?);
+        let (size, modified) = size_and_time(&mut fields)?;
+        let known = kind == Kind::File;
         entries.push(Entry {
-            kind: kind(tag)?,
-            readable: field(&mut fields)? == b"r",
-            path: field(&mut fields)?.to_vec(),
-            target: field(&mut fields)?.to_vec(),
-            real_dir: field(&mut fields)?.to_vec(),
-            size: None,
-            modified: None,
+            kind,
+            readable,
+            path,
+            target: Vec::new(),
+            real_dir: Vec::new(),
+            size: known.then_some(size),
+            modified: modified.filter(|_| known),
             sha256: None,
         });
     }
-    let mut sizes = HashMap::new();
+    let mut real_dirs = HashMap::new();
     loop {
-        let size = field(&mut fields)?;
-        if size.is_empty() {
+        let dir = field(&mut fields)?;
+        let Some(dir) = dir.strip_prefix(b"d") else { break };
+        real_dirs.insert(dir, field(&mut fields)?);
+    }
+    let mut targets = HashMap::new();
+    loop {
+        let link = field(&mut fields)?;
+        if link.is_empty() {
             break;
         }
-        let size: u64 = std::str::from_utf8(size)?.parse()?;
-        let modified = std::str::from_utf8(field(&mut fields)?)?;
-        let modified = modified.split('.').next().and_then(|s| s.parse().ok());
-        sizes.insert(field(&mut fields)?, (size, modified));
+        targets.insert(link, field(&mut fields)?);
+    }
+    // The links followed: their targets' sizes and times.
+    let mut followed = HashMap::new();
+    loop {
+        let (size, modified) = match fields.clone().next() {
+            Some([]) | None => {
+                field(&mut fields)?;
+                break;
+            }
+            Some(_) => size_and_time(&mut fields)?,
+        };
+        followed.insert(field(&mut fields)?, (size, modified));
     }
     let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
-    for entry in &mut entries {
-        (entry.size, entry.modified) = sizes
+    for (entry, dir) in entries.iter_mut().zip(dirs) {
+        entry.real_dir = real_dirs.get(dir).map(|d| d.to_vec()).unwrap_or_default();
+        entry.target = targets
             .get(&entry.path[..])
-            .map_or((None, None), |&(size, modified)| (Some(size), modified));
+            .map(|t| t.to_vec())
+            .unwrap_or_default();
+        if let Some(&(size, modified)) = followed.get(&entry.path[..]) {
+            (entry.size, entry.modified) = (Some(size), modified);
+        }
         entry.sha256 = sums.remove(&entry.path);
     }
     Ok(Listing {
@@ -448,13 +477,21 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
     })
 }
 
+/// A size in bytes and a modification time (`find -printf "%s\0%T@\0"`), in whole seconds.
+fn size_and_time<'a>(fields: &mut impl Iterator<Item = &'a [u8]>) -> Result<(u64, Option<u64>)> {
+    let size: u64 = std::str::from_utf8(field(fields)?)?.parse()?;
+    let modified = std::str::from_utf8(field(fields)?)?;
+    Ok((size, modified.split('.').next().and_then(|s| s.parse().ok())))
+}
+
+/// A match's type from `find -printf %y%Y`: its own, then what a link points to.
 fn kind(tag: &[u8]) -> Result<Kind> {
     Ok(match tag {
-        b"f" => Kind::File,
-        b"L" => Kind::LinkToFile,
-        b"l" => Kind::Link,
-        b"d" => Kind::Dir,
-        b"o" => Kind::Other,
+        [b'f', _] => Kind::File,
+        [b'l', b'f'] => Kind::LinkToFile,
+        [b'l', _] => Kind::Link,
+        [b'd', _] => Kind::Dir,
+        [_, _] => Kind::Other,
         _ => bail!("unknown file type `{}`", escape(tag)),
     })
 }
