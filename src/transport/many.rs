@@ -29,13 +29,34 @@ pub trait ManySink: Send {
 const SCRIPT: &str = "printf '%s' \"$1\"; printf '%s\\n' \"$1\" >&2; \
     tar -c -f - -H gnu -P --no-recursion --hard-dereference --null -T -; echo \"$1 rc $?\" >&2";
 
+/// A `tar` started on the host and waiting for names: started ahead, while the listing runs,
+/// its login shell's start-up is off the critical path (0.1 s a command where `~/.bashrc`
+/// runs `pyenv init`). Dropped unused, it gets no names and ends with an empty archive.
+pub struct Tar {
+    channel: Channel,
+    marker: String,
+}
+
 impl Transport {
+    /// Starts a `tar` for [`Tar::read`].
+    pub async fn start_tar(&self) -> Result<Tar> {
+        let marker = super::login_noise::new_marker("tar");
+        let channel = self.spawn(SCRIPT, &[&marker]).await?;
+        Ok(Tar { channel, marker })
+    }
+
     /// Streams the regular files `paths` (as the host names them) to `sink` through one `tar`
     /// on the host. An error means nothing was fetched (no GNU tar there, the channel broke
     /// before the first file): fetch them one by one instead.
     pub async fn read_many(&self, paths: &[&[u8]], sink: &mut dyn ManySink) -> Result<()> {
-        let marker = super::login_noise::new_marker("tar");
-        let mut channel = self.spawn(SCRIPT, &[&marker]).await?;
+        self.start_tar().await?.read(paths, sink).await
+    }
+}
+
+impl Tar {
+    /// [`Transport::read_many`] on this `tar`.
+    pub async fn read(self, paths: &[&[u8]], sink: &mut dyn ManySink) -> Result<()> {
+        let Tar { mut channel, marker } = self;
         let names: Vec<u8> = paths.iter().flat_map(|p| [*p, b"\0"].concat()).collect();
         let Channel {
             stdin,

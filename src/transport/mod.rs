@@ -29,7 +29,7 @@ pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
 pub use lost::{is_lost, Lost};
-pub use many::ManySink;
+pub use many::{ManySink, Tar};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 

@@ -86,7 +86,12 @@ enum Verdict {
 
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan) -> Result<StepOutcome> {
     let pattern = anchored(&ctx.resolve(&plan.src));
-    let listing = list(ctx, &pattern, plan.follow_symlinks).await?;
+    // The tar for small files starts with the listing: its shell's start-up overlaps it.
+    let (listing, tar) = tokio::join!(
+        list(ctx, &pattern, plan.follow_symlinks),
+        ctx.transport.start_tar()
+    );
+    let listing = listing?;
     if listing.entries.is_empty() {
         return Ok(StepOutcome::failed(
             format!(
@@ -107,7 +112,7 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
         plan.follow_symlinks,
         &mut report,
     );
-    let results = receive::fetch_all(&ctx.transport, &wanted, &dest_root).await;
+    let results = receive::fetch_all(&ctx.transport, &wanted, &dest_root, tar.ok()).await;
     for ((entry, rel), result) in wanted.iter().zip(results) {
         match result {
             Ok(fetched) => report.fetched(ctx, step, plan.records, entry, rel, fetched),

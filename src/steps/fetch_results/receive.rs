@@ -14,7 +14,7 @@ use futures_util::StreamExt as _;
 use sha2::{Digest, Sha256};
 
 use super::{Entry, Kind};
-use crate::transport::{ManySink, Streamed, Transport};
+use crate::transport::{ManySink, Streamed, Tar, Transport};
 
 /// Files streamed one by one at once: small files overlap their round trips, big ones share the
 /// link.
@@ -42,11 +42,13 @@ pub(super) struct Fetched {
     pub sha256: String,
 }
 
-/// Fetches every wanted file into `dest_root`; results in the order asked.
+/// Fetches every wanted file into `dest_root`; results in the order asked. `tar`, started
+/// ahead, takes the first batch.
 pub(super) async fn fetch_all(
     transport: &Transport,
     wanted: &[(&Entry, PathBuf)],
     dest_root: &Path,
+    mut tar: Option<Tar>,
 ) -> Vec<Result<Fetched>> {
     let mut results: Vec<Option<Result<Fetched>>> = (0..wanted.len()).map(|_| None).collect();
     // Batches need the host's checksum: a file changed while tar reads it keeps its header's size.
@@ -56,7 +58,7 @@ pub(super) async fn fetch_all(
     });
     let batches: Vec<_> = batches_of(&batched, |i| wanted[i].0.size.unwrap_or(0))
         .into_iter()
-        .map(|indices| fetch_batch(transport, wanted, indices, dest_root))
+        .map(|indices| fetch_batch(transport, wanted, indices, dest_root, tar.take()))
         .collect();
     let batched: Vec<(Vec<usize>, BatchResult)> = futures_util::stream::iter(batches)
         .buffered(PARALLEL_BATCHES)
@@ -117,12 +119,13 @@ fn batches_of(indices: &[usize], size: impl Fn(usize) -> u64) -> Vec<&[usize]> {
 /// Each file's result, in the batch's order; an error when the batch sent nothing at all.
 type BatchResult = Result<Vec<Result<Fetched>>>;
 
-/// Fetches the files at `indices` of `wanted` through one `tar` on the host.
+/// Fetches the files at `indices` of `wanted` through one `tar` on the host (`tar` if started).
 async fn fetch_batch(
     transport: &Transport,
     wanted: &[(&Entry, PathBuf)],
     indices: &[usize],
     dest_root: &Path,
+    tar: Option<Tar>,
 ) -> (Vec<usize>, BatchResult) {
     let entries: Vec<&Entry> = indices.iter().map(|&i| wanted[i].0).collect();
     let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
@@ -133,7 +136,10 @@ async fn fetch_batch(
         made: None,
         results: (0..indices.len()).map(|_| None).collect(),
     };
-    let sent = transport.read_many(&paths, &mut sink).await;
+    let sent = match tar {
+        Some(tar) => tar.read(&paths, &mut sink).await,
+        None => transport.read_many(&paths, &mut sink).await,
+    };
     let results = sent.map(|()| {
         sink.results
             .into_iter()
