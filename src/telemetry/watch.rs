@@ -90,8 +90,36 @@ struct Server {
     endpoint: Arc<HttpEndpoint>,
     scrapes: Arc<Mutex<Vec<Scrape>>>,
     log: Arc<ScrapeLog>,
-    failures: Arc<Mutex<u64>>,
+    health: Arc<Health>,
     task: JoinHandle<()>,
+}
+
+/// How the server's `/metrics` has been answering: failed scrapes counted, and whether the last
+/// one (in the background or for a record) was answered. While it is not, a record does not
+/// wait for a scrape of its own: a server that hangs costs one timeout, not one per record; the
+/// background scrapes keep trying and tell when it answers again.
+#[derive(Default)]
+struct Health {
+    failures: std::sync::atomic::AtomicU64,
+    silent: std::sync::atomic::AtomicBool,
+}
+
+impl Health {
+    fn record(&self, answered: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.silent.store(!answered, Relaxed);
+        if !answered {
+            self.failures.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn answering(&self) -> bool {
+        !self.silent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Where a point stands: when it started, when its last record came (this machine's clock) and
@@ -168,7 +196,7 @@ impl Watch {
         };
         let server = match &self.server {
             Ok(s) => json!({"server": s.name, "url": s.url,
-                            "failed_scrapes": s.failures.lock().map_or(0, |n| *n)}),
+                            "failed_scrapes": s.health.failures()}),
             Err(why) => json!(why),
         };
         json!({ "gpu": gpu, "server": server })
@@ -443,11 +471,11 @@ async fn start_server(
         teller.clone(),
     ));
     let scrapes = Arc::new(Mutex::new(Vec::new()));
-    let failures = Arc::new(Mutex::new(0));
+    let health = Arc::new(Health::default());
     let task = tokio::spawn(scrape_loop(
         endpoint.clone(),
         (scrapes.clone(), log.clone()),
-        failures.clone(),
+        health.clone(),
     ));
     Ok(Server {
         name,
@@ -455,7 +483,7 @@ async fn start_server(
         endpoint,
         scrapes,
         log,
-        failures,
+        health,
         task,
     })
 }
@@ -464,7 +492,7 @@ async fn start_server(
 async fn scrape_loop(
     endpoint: Arc<HttpEndpoint>,
     (scrapes, log): (Arc<Mutex<Vec<Scrape>>>, Arc<ScrapeLog>),
-    failures: Arc<Mutex<u64>>,
+    health: Arc<Health>,
 ) {
     let mut tick = tokio::time::interval(SCRAPE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -477,33 +505,27 @@ async fn scrape_loop(
                 if let Ok(mut s) = scrapes.lock() {
                     s.push(scrape);
                 }
+                health.record(true);
             }
-            Err(_) => {
-                if let Ok(mut n) = failures.lock() {
-                    *n += 1;
-                }
-            }
+            Err(_) => health.record(false),
         }
     }
 }
 
 impl Server {
-    /// One scrape now; a failure is counted (the point's metrics then rest on the others).
+    /// One scrape now, unless the last one went unanswered; a failure is counted (the point's
+    /// metrics then rest on the others).
     async fn scrape_now(&self, teller: &Teller) -> Option<Scrape> {
-        match fetch(&self.endpoint).await {
-            Ok((samples, unreadable)) => {
-                report_unreadable(teller, &self.endpoint, &unreadable);
-                let scrape = server::read(unix_now(), &samples);
-                self.log.keep(&scrape);
-                Some(scrape)
-            }
-            Err(_) => {
-                if let Ok(mut n) = self.failures.lock() {
-                    *n += 1;
-                }
-                None
-            }
+        if !self.health.answering() {
+            return None;
         }
+        let fetched = fetch(&self.endpoint).await;
+        self.health.record(fetched.is_ok());
+        let (samples, unreadable) = fetched.ok()?;
+        report_unreadable(teller, &self.endpoint, &unreadable);
+        let scrape = server::read(unix_now(), &samples);
+        self.log.keep(&scrape);
+        Some(scrape)
     }
 }
 
@@ -587,4 +609,62 @@ async fn fetch_url(
         .await
         .map_err(|e| format!("{url}: {}", crate::http::explain(&e)))?;
     Ok(prometheus::parse(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A `/metrics` that stops answering costs one scrape timeout, not one per record.
+    #[tokio::test]
+    async fn records_do_not_each_wait_for_a_server_that_stopped_answering() {
+        // A real listener that accepts connections and never answers, counting them.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for connection in listener.incoming() {
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(connection);
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (events, _received) = tokio::sync::mpsc::unbounded_channel();
+        let teller = Teller {
+            host: "h".into(),
+            step: "sweep".into(),
+            events,
+        };
+        let server = Server {
+            name: "vllm",
+            url: format!("http://{address}"),
+            endpoint: Arc::new(HttpEndpoint {
+                client: crate::http::Client::new(|builder| builder).unwrap(),
+                base_url: format!("http://{address}"),
+            }),
+            scrapes: Arc::default(),
+            log: Arc::new(ScrapeLog::create(
+                &dir.path().join("scrapes.jsonl"),
+                teller.clone(),
+            )),
+            health: Arc::default(),
+            task: tokio::spawn(async {}),
+        };
+        // The first record waits out the timeout; the next ones do not ask again.
+        for _ in 0..4 {
+            assert!(server.scrape_now(&teller).await.is_none());
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one scrape reached the server"
+        );
+        assert_eq!(server.health.failures(), 1);
+        // Once a background scrape is answered, records scrape again.
+        server.health.record(true);
+        assert!(server.health.answering());
+    }
 }
