@@ -7,14 +7,17 @@ use serde::Serialize;
 
 use crate::config::template::shell_quote;
 
-/// The fields asked for, in the order the CSV prints them.
+/// The fields asked for, in the order the CSV prints them, then the throttle reasons' field.
 pub const FIELDS: &str = "timestamp,index,power.draw,utilization.gpu,utilization.memory,memory.used,\
-clocks.sm,temperature.gpu,clocks_throttle_reasons.active";
+clocks.sm,temperature.gpu";
+/// The active throttle reasons: `clocks_event_reasons.active` since driver 535, and
+/// `clocks_throttle_reasons.active` before it (an unknown field fails the whole query).
+const THROTTLE_FIELDS: [&str; 2] = ["clocks_event_reasons.active", "clocks_throttle_reasons.active"];
 
 /// How often nvidia-smi samples (`-lms`): 3 Hz.
 pub const INTERVAL_MS: u32 = 333;
 
-/// The throttle reasons (nvidia-smi's `clocks_throttle_reasons.*` bits) that mean the GPU was
+/// The throttle reasons (nvidia-smi's `clocks_event_reasons.*` bits) that mean the GPU was
 /// held back by power or heat, not by being idle or by the application's clock setting.
 pub const POWER_OR_HEAT: &[(u64, &str)] = &[
     (0x4, "sw_power_cap"),
@@ -41,12 +44,14 @@ pub struct Sample {
     pub throttle: Option<u64>,
 }
 
-/// The sampler's command: nvidia-smi printing a CSV line per GPU every `interval_ms`.
+/// The sampler's command: nvidia-smi printing a CSV line per GPU every `interval_ms`, asked
+/// first which name of the throttle reasons' field this driver knows.
 pub fn command(interval_ms: u32) -> String {
+    let [new, old] = THROTTLE_FIELDS;
     format!(
-        "TZ=UTC0 exec nvidia-smi --query-gpu={} --format=csv,noheader,nounits -lms {}",
+        "t={new}; nvidia-smi --query-gpu=$t --format=csv,noheader >/dev/null 2>&1 || t={old}; \
+         TZ=UTC0 exec nvidia-smi --query-gpu={},$t --format=csv,noheader,nounits -lms {interval_ms}",
         shell_quote(FIELDS),
-        interval_ms
     )
 }
 
@@ -57,7 +62,7 @@ pub fn parse(line: &str) -> Result<Sample, String> {
         return Err(format!(
             "{} fields where {} were asked for",
             fields.len(),
-            FIELDS.split(',').count()
+            FIELDS.split(',').count() + 1
         ));
     };
     Ok(Sample {
@@ -112,7 +117,7 @@ fn mask(text: &str) -> Result<Option<u64>, String> {
     let digits = text.trim_start_matches("0x").trim_start_matches("0X");
     u64::from_str_radix(digits, 16)
         .map(Some)
-        .map_err(|_| format!("clocks_throttle_reasons.active `{text}` is not a hex mask"))
+        .map_err(|_| format!("the throttle reasons' `{text}` is not a hex mask"))
 }
 
 fn unsupported(text: &str) -> bool {
@@ -122,6 +127,31 @@ fn unsupported(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sampler's command against two stand-ins for nvidia-smi: a driver that knows only the
+    /// new name of the throttle field, and one that knows only the old.
+    #[test]
+    fn the_sampler_asks_for_the_throttle_field_by_the_name_the_driver_knows() {
+        for [knows, refuses] in [THROTTLE_FIELDS, [THROTTLE_FIELDS[1], THROTTLE_FIELDS[0]]] {
+            let dir = tempfile::tempdir().unwrap();
+            let tool = dir.path().join("nvidia-smi");
+            let script = format!(
+                "#!/bin/sh\ncase \"$*\" in *{refuses}*) echo \"Field \\\"{refuses}\\\" is not a valid field to query.\" >&2; exit 2 ;; esac\n\
+                 case \"$*\" in *-lms*) printf '%s\\n' \"$*\" ;; esac\n"
+            );
+            std::fs::write(&tool, script).unwrap();
+            std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let out = std::process::Command::new("sh")
+                .args(["-c", &command(333)])
+                .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let asked = String::from_utf8(out.stdout).unwrap();
+            assert!(asked.contains(&format!("{FIELDS},{knows} ")), "{asked}");
+            assert!(asked.contains("-lms 333"), "{asked}");
+        }
+    }
 
     #[test]
     fn reads_nvidia_smi_query_lines() {
@@ -153,7 +183,7 @@ mod tests {
 
     #[test]
     fn the_command_quotes_its_fields() {
-        assert!(command(333).starts_with("TZ=UTC0 exec nvidia-smi --query-gpu="));
+        assert!(command(333).contains("TZ=UTC0 exec nvidia-smi --query-gpu="));
         assert!(command(333).ends_with("-lms 333"));
     }
 }
