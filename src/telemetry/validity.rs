@@ -52,10 +52,13 @@ pub fn problems(m: &Map<String, Json>, claims: Claims) -> Vec<String> {
              the point"
         ));
     }
+    // Scrapes are instants: between two short requests the server runs none. Only requests
+    // seen waiting in its queue show that it held them back (where it reports a queue).
+    let queued = get("server_waiting_peak").is_none_or(|w| w > 0.0);
     if let (Some(peak), Some(c), Some(scrapes)) =
         (get("server_running_peak"), concurrency, get("server_scrapes"))
     {
-        if scrapes >= MIN_SCRAPES_FOR_PEAK && peak < c {
+        if scrapes >= MIN_SCRAPES_FOR_PEAK && peak < c && queued {
             out.push(format!(
                 "server_running_peak = {peak} < concurrency {c}: the server never ran as many requests \
                  as the point sent at once (the rest waited in its queue)"
@@ -112,6 +115,7 @@ mod tests {
     fn each_problem_names_its_metric_and_value() {
         let m = metrics(json!({
             "server_preemptions": 3.0, "server_running_peak": 8.0, "server_scrapes": 5.0,
+            "server_waiting_peak": 8.0,
             "gpu_throttle_reasons": "gpu0:sw_power_cap", "server_prefix_cache_hit_rate": 0.9,
             "server_spec_acceptance_rate": 0.01,
         }));
@@ -143,6 +147,10 @@ mod tests {
             measures_prefill: true,
         };
         assert!(problems(&m, claims).is_empty());
+        // Scrapes that fell between short requests: none running, none waiting.
+        let between =
+            metrics(json!({"server_running_peak": 0.0, "server_waiting_peak": 0.0, "server_scrapes": 5.0}));
+        assert!(problems(&between, claims).is_empty());
         let sglang = metrics(json!({"server_spec_accepted_length": 1.01}));
         assert!(problems(&sglang, claims)[0].starts_with("server_spec_accepted_length = 1.01"));
         let off = metrics(json!({"server_spec_accepted_length": 0.0}));
