@@ -335,7 +335,7 @@ async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<Listing> {
 /// One shell command listing the glob: the glob's directory resolved, whether `sha256sum` exists,
 /// then per match its type (`find -printf %y%Y`), readability, name and directory; each such
 /// directory resolved (`pwd -P`); each link's target (`readlink -f`); then the sizes and
-/// modification times (`find -printf`) and checksums (`sha256sum`, one process for all, files up
+/// modification times (`find -printf`) and checksums (`sha256sum`, up to four at once, files up
 /// to [`HOST_HASH_LIMIT`]) of the files to fetch. `find` goes over all the names at once; only
 /// the directories and the links, which are few, cost a command each.
 /// Fields are NUL-separated (names are any bytes, newlines included: the lines the channel cuts
@@ -424,7 +424,7 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
         let readable = field(&mut fields)? == b"r";
         let path = field(&mut fields)?.to_vec();
         dirs.push(field(&mut fields)?);
-        let (size, modified) = size_and_time(&mut fields)?;
+        let (size, modified) = size_and_time(field(&mut fields)?, field(&mut fields)?)?;
         let known = kind == Kind::File;
         entries.push(Entry {
             kind,
@@ -454,14 +454,12 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
     // The links followed: their targets' sizes and times.
     let mut followed = HashMap::new();
     loop {
-        let (size, modified) = match fields.clone().next() {
-            Some([]) | None => {
-                field(&mut fields)?;
-                break;
-            }
-            Some(_) => size_and_time(&mut fields)?,
-        };
-        followed.insert(field(&mut fields)?, (size, modified));
+        let size = field(&mut fields)?;
+        if size.is_empty() {
+            break;
+        }
+        let size_and_time = size_and_time(size, field(&mut fields)?)?;
+        followed.insert(field(&mut fields)?, size_and_time);
     }
     let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
     for (entry, dir) in entries.iter_mut().zip(dirs) {
@@ -482,10 +480,10 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
     })
 }
 
-/// A size in bytes and a modification time (`find -printf "%s\0%T@\0"`), in whole seconds.
-fn size_and_time<'a>(fields: &mut impl Iterator<Item = &'a [u8]>) -> Result<(u64, Option<u64>)> {
-    let size: u64 = std::str::from_utf8(field(fields)?)?.parse()?;
-    let modified = std::str::from_utf8(field(fields)?)?;
+/// A size in bytes and a modification time in whole seconds, from `find -printf "%s\0%T@\0"`.
+fn size_and_time(size: &[u8], modified: &[u8]) -> Result<(u64, Option<u64>)> {
+    let size: u64 = std::str::from_utf8(size)?.parse()?;
+    let modified = std::str::from_utf8(modified)?;
     Ok((size, modified.split('.').next().and_then(|s| s.parse().ok())))
 }
 

@@ -1,7 +1,8 @@
 //! Receiving the files to fetch: small regular files in batches through one `tar` each
 //! ([`Transport::read_many`]), the rest one by one (SFTP over SSH), [`PARALLEL_FILES`] at a time.
-//! Either way each file streams to a temporary name beside its destination, hashed as it
-//! arrives, and is renamed only once it matches the listing.
+//! A batch's file is checked against the listing in memory before it is written; a file fetched
+//! alone streams to a temporary name beside its destination, hashed as it arrives, and is
+//! renamed only once it matches the listing.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -60,6 +61,8 @@ pub(super) async fn fetch_all(
         .into_iter()
         .map(|indices| fetch_batch(transport, wanted, indices, dest_root, tar.take()))
         .collect();
+    // Unused (no small files): let its channel go before the files fetched one by one need it.
+    drop(tar);
     let batched: Vec<(Vec<usize>, BatchResult)> = futures_util::stream::iter(batches)
         .buffered(PARALLEL_BATCHES)
         .collect()
@@ -173,26 +176,36 @@ impl BatchSink<'_> {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             self.made = Some(dir.to_path_buf());
         }
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(local)
-        {
-            Ok(mut file) => file
-                .write_all(&self.data)
-                .with_context(|| format!("cannot write {}", local.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let mut incoming = Incoming::new(local.clone())?;
-                incoming.write(&self.data)?;
-                persist(incoming.tmp, local)?;
-            }
-            Err(e) => return Err(e).with_context(|| format!("cannot write {}", local.display())),
-        }
+        put(local, &self.data)?;
         Ok(Fetched {
             local: local.clone(),
             bytes: streamed.bytes,
             sha256,
         })
+    }
+}
+
+/// Writes `data` to `local`: straight to the name when it is new (a short write, disk full,
+/// leaves nothing there), else through a temporary name that then replaces the old file.
+fn put(local: &Path, data: &[u8]) -> Result<()> {
+    let cannot = || format!("cannot write {}", local.display());
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(local)
+    {
+        Ok(mut file) => file
+            .write_all(data)
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(local);
+            })
+            .with_context(cannot),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mut tmp = temp_beside(local)?;
+            tmp.write_all(data).with_context(cannot)?;
+            persist(tmp, local)
+        }
+        Err(e) => Err(e).with_context(cannot),
     }
 }
 
@@ -241,10 +254,7 @@ impl Incoming {
     fn new(local: PathBuf) -> Result<Incoming> {
         let dir = local.parent().context("no folder to fetch into")?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".rigrun-fetch-")
-            .tempfile_in(dir)
-            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        let tmp = temp_beside(&local)?;
         Ok(Incoming {
             local,
             tmp,
@@ -290,6 +300,15 @@ impl Incoming {
             sha256,
         })
     }
+}
+
+/// A temporary file in `local`'s folder (which exists), to be renamed to `local`.
+fn temp_beside(local: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = local.parent().context("no folder to fetch into")?;
+    tempfile::Builder::new()
+        .prefix(".rigrun-fetch-")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))
 }
 
 /// Gives a received file its name, replacing what was there.
