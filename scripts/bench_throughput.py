@@ -31,7 +31,11 @@ with the metric names of ``vllm bench serve --save-result`` so these results
 sit in the same tables as vLLM's and SGLang's own tools; human progress goes
 to stderr.  Token counts come from the server's ``usage``; with ``--stream``
 the final usage chunk (``stream_options.include_usage``) is used, falling back
-to counting content chunks when the server sends no usage.
+to counting content chunks when the server sends no usage.  The measured
+phase's window is given on this host's wall clock (``measure_start_unix``,
+``measure_end_unix``: ``duration`` apart), so that rigrun takes the GPU energy
+per output token over the same seconds as the tokens, not over the whole
+point (interpreter start and warm-up included).
 
 Streaming metrics (``--stream``): TTFT is the time to the first content chunk,
 TPOT is (e2e latency - TTFT) / (output tokens - 1) per request, ITL are the
@@ -554,11 +558,14 @@ class LevelRun:
         self.warmup = []    # type: List[RequestResult]
         self.results = []   # type: List[RequestResult]
         self.measure_start = None  # type: Optional[float]
+        # The same moment on the wall clock, so that the record can say where its window lies.
+        self.measure_start_unix = None  # type: Optional[float]
         self.barrier = threading.Barrier(concurrency, action=self._start_measuring)
 
     def _start_measuring(self) -> None:
         """Barrier action: every warm-up request is done; the measured phase starts now."""
         self.measure_start = time.perf_counter()
+        self.measure_start_unix = time.time()
 
     def take(self) -> bool:
         """Claim the next measured request; False when all have been claimed."""
@@ -660,6 +667,7 @@ def summarize(run: LevelRun, args: argparse.Namespace, model: str) -> dict:
     ok = [r for r in results if r.ok]
     failed = [r for r in results if not r.ok]
     start = run.measure_start if run.measure_start is not None else time.perf_counter()
+    start_unix = run.measure_start_unix if run.measure_start_unix is not None else time.time()
     end = max((r.end for r in results), default=start)
     duration = max(end - start, 1e-9)
     total_in = sum(r.prompt_tokens for r in ok)
@@ -676,6 +684,9 @@ def summarize(run: LevelRun, args: argparse.Namespace, model: str) -> dict:
         "completed": len(ok),
         "failed": len(failed),
         "duration": rounded(duration),
+        # The measured window on this host's clock: what GPU energy per token is taken over.
+        "measure_start_unix": round(start_unix, 3),
+        "measure_end_unix": round(start_unix + duration, 3),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": rounded(len(ok) / duration),

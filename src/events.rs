@@ -50,7 +50,17 @@ impl Record {
     pub fn is_invalid(&self) -> bool {
         self.metrics.get("valid") == Some(&Json::Bool(false))
     }
+
+    /// Why the record cannot have `metric`, when it says so (under [`UNKNOWN_METRICS`]).
+    pub fn unknown_reason(&self, metric: &str) -> Option<&str> {
+        self.metrics.get(UNKNOWN_METRICS)?.get(metric)?.as_str()
+    }
 }
+
+/// Where a record lists the metrics it cannot have and why (`{metric: reason}`): rigrun adds
+/// them (energy per token without the benchmark's window), and the tables show such a cell as
+/// unknown with the reason rather than as missing.
+pub const UNKNOWN_METRICS: &str = "unknown_metrics";
 
 /// Which run of a sweep point made a record or event: its repetition and its attempt at that
 /// repetition, both from 1.

@@ -189,6 +189,7 @@ mod tests {
             mean_in_flight: Some(3.9),
             steady: Some((100.0, 1.5)),
             steady_at: None,
+            measured_at: (0.0, 2.0),
             ttft: Some(stats),
             tpot: None,
             itl: None,

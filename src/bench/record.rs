@@ -47,6 +47,8 @@ pub struct Summary {
     pub steady: Option<(f64, f64)>,
     /// Where that window lies, as Unix seconds (start, end) on the host's clock.
     pub steady_at: Option<(f64, f64)>,
+    /// Where the whole measured phase (`duration`) lies, as Unix seconds on the host's clock.
+    pub measured_at: (f64, f64),
     pub ttft: Option<Stats>,
     pub tpot: Option<Stats>,
     pub itl: Option<Stats>,
@@ -76,6 +78,7 @@ impl Summary {
         });
         let mean_in_flight = window.and_then(|w| c.mean_in_flight(w));
         let steady_at = steady.and(window).map(|w| (c.unix_at(w.0), c.unix_at(w.1)));
+        let measured_at = (c.unix_at(0), c.unix_at(result.duration.as_nanos() as u64));
         let cores_used = result.cpu.as_secs_f64() / result.cpu_wall.as_secs_f64().max(1e-9);
         let cores = sys::cores();
         let evidence = Evidence {
@@ -105,6 +108,7 @@ impl Summary {
             mean_in_flight,
             steady,
             steady_at,
+            measured_at,
             ttft: c.ttft.stats(),
             tpot: c.tpot.stats(),
             itl: c.itl.stats(),
@@ -197,6 +201,8 @@ impl Summary {
         m.insert("reconnects".into(), n.reconnects.into());
         m.insert("warmup_failed".into(), self.warmup_failed.into());
         m.insert("duration".into(), round(self.duration, 4));
+        m.insert("measure_start_unix".into(), round(self.measured_at.0, 3));
+        m.insert("measure_end_unix".into(), round(self.measured_at.1, 3));
         m.insert("total_input_tokens".into(), n.input_tokens.into());
         m.insert("total_output_tokens".into(), n.output_tokens.into());
         m.insert("request_throughput".into(), round(self.request_throughput(), 4));

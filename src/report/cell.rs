@@ -48,6 +48,11 @@ pub enum Cell {
     NotRun {
         reason: String,
     },
+    /// The point ran, and its record says why it cannot have the metric (energy per token
+    /// without the benchmark's window).
+    Unknown {
+        reason: String,
+    },
     /// The point ran but reported no such metric, or the row is not one of the host's points.
     Missing,
     /// A row label or other text.
@@ -253,6 +258,7 @@ impl Cell {
             Cell::Skipped { reason } => format!("skipped: {reason}"),
             Cell::Failed { reason } => format!("FAILED: {reason}"),
             Cell::NotRun { reason } => format!("not run: {reason}"),
+            Cell::Unknown { reason } => format!("unknown: {reason}"),
             Cell::Missing => "—".to_string(),
             Cell::Label { text } => text.clone(),
             Cell::Check { met: true } => "met".to_string(),
@@ -275,6 +281,7 @@ impl Cell {
             Cell::Failed { reason } => Some(("FAILED".into(), reason.clone())),
             Cell::NotRun { reason } => Some(("not run".into(), format!("not run: {reason}"))),
             Cell::Invalid { reason, .. } => Some(("invalid".into(), format!("invalid: {reason}"))),
+            Cell::Unknown { reason } => Some(("unknown".into(), format!("unknown: {reason}"))),
             Cell::Value {
                 value,
                 reference,
@@ -429,6 +436,11 @@ fn single(records: &[&Record], metric: &str) -> Cell {
     }
     if let Some(reason) = records.iter().find_map(|r| invalid_reason(r)) {
         return Cell::Invalid { value: None, reason };
+    }
+    if let Some(reason) = records.iter().find_map(|r| r.unknown_reason(metric)) {
+        return Cell::Unknown {
+            reason: reason.to_string(),
+        };
     }
     match records.iter().find(|r| r.status == RecordStatus::Failed) {
         Some(r) => Cell::Failed {

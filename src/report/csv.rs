@@ -176,6 +176,7 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
         Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
         Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
         Cell::NotRun { reason } => (String::new(), "not run", reason.clone()),
+        Cell::Unknown { reason } => (String::new(), "unknown", reason.clone()),
         Cell::Missing => (String::new(), "missing", String::new()),
         Cell::Label { .. } | Cell::Check { .. } => (cell.text(), "label", String::new()),
     }

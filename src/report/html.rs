@@ -37,7 +37,7 @@ h3 { font-size: 16px; margin: 20px 0 6px; }
 pre { font-size: 12px; overflow-x: auto; background: #f6f8fa; padding: 8px; border-radius: 6px; }
 table { border-collapse: collapse; margin: 6px 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid var(--line); padding: 3px 9px; } th { background: #f6f8fa; }
-td.num { text-align: right; } td.skipped, td.missing { color: var(--muted); }
+td.num { text-align: right; } td.skipped, td.missing, td.unknown { color: var(--muted); }
 td.failed, td.invalid, td.missed, td.regression { color: var(--bad); font-weight: 600; }
 p.unfinished { color: var(--bad); font-weight: 600; }
 td.improvement, td.met { color: var(--good); }
@@ -282,6 +282,7 @@ fn class(cell: &Cell) -> &'static str {
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
         Cell::NotRun { .. } => "notrun",
+        Cell::Unknown { .. } => "unknown",
         Cell::Missing => "missing",
         Cell::Check { met: false } => "missed",
         Cell::Check { met: true } => "met",

@@ -182,6 +182,9 @@ enum CellJson<'a> {
     NotRun {
         reason: &'a str,
     },
+    Unknown {
+        reason: &'a str,
+    },
     Missing,
     Label {
         text: String,
@@ -225,6 +228,7 @@ impl CellJson<'_> {
             Cell::Skipped { reason } => CellJson::Skipped { reason },
             Cell::Failed { reason } => CellJson::Failed { reason },
             Cell::NotRun { reason } => CellJson::NotRun { reason },
+            Cell::Unknown { reason } => CellJson::Unknown { reason },
             Cell::Missing => CellJson::Missing,
             Cell::Label { .. } | Cell::Check { .. } => CellJson::Label { text: cell.text() },
         }

@@ -62,11 +62,15 @@ pub struct Run {
 
 impl Run {
     /// Reads a run directory. A record's `host` becomes its column (`host/variant` for a
-    /// server variant), which is what every table, chart and ratio compares.
+    /// server variant), which is what every table, chart and ratio compares; energy per token
+    /// that an earlier rigrun took over mismatched windows is withdrawn, with the reason.
     pub fn open(dir: &Path) -> Result<Run> {
         let (manifest, mut records) = read_records(dir)?;
-        for record in records.iter_mut().filter(|r| r.variant.is_some()) {
-            record.host = record.column();
+        for record in records.iter_mut() {
+            if record.variant.is_some() {
+                record.host = record.column();
+            }
+            crate::telemetry::summary::withdraw_mismatched(&mut record.metrics);
         }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
         Ok(Run {

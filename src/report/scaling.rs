@@ -264,6 +264,7 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
                     Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
                     Cell::Missing
                     | Cell::NotRun { .. }
+                    | Cell::Unknown { .. }
                     | Cell::Label { .. }
                     | Cell::Ratio { .. }
                     | Cell::Change { .. }

@@ -1,6 +1,7 @@
 //! A point's GPU samples folded into its record's metrics: power (mean and peak, summed over
 //! the host's GPUs), utilisation, memory, clocks, temperature, throttle reasons, and energy over
-//! the window with the energy per output token derived from it.
+//! the window with the energy per output token derived from it — only when the window is the
+//! benchmark's own, so that energy and tokens cover the same seconds.
 
 use std::collections::BTreeMap;
 
@@ -8,14 +9,35 @@ use serde_json::{Map, Value as Json};
 
 use super::gpu::{self, Sample};
 use super::number;
+use crate::events::UNKNOWN_METRICS as UNKNOWN;
 
 /// The stretch of time a record's energy covers (Unix seconds on the host's clock), and what it
-/// is: the benchmark's steady-state window or the whole point.
+/// is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
     pub start: f64,
     pub end: f64,
-    pub steady: bool,
+    pub kind: WindowKind,
+}
+
+/// Where a record's window comes from: the benchmark's steady state (all C streams running),
+/// its measured phase, or, when it says neither, the whole point as rigrun saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    Steady,
+    Measured,
+    Point,
+}
+
+impl WindowKind {
+    /// As records name it (`gpu_energy_window`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowKind::Steady => "steady_state",
+            WindowKind::Measured => "measured",
+            WindowKind::Point => "point",
+        }
+    }
 }
 
 impl Window {
@@ -28,13 +50,31 @@ impl Window {
     }
 }
 
-/// The metrics of the samples inside `window` (none when no sample falls in it). Energy is the
-/// host's mean power times the window's length, so samples a little late to arrive do not
-/// shorten it.
+/// The metrics of energy per unit of work: only over the benchmark's own window.
+pub const PER_TOKEN: [&str; 2] = ["joules_per_output_token", "output_tokens_per_joule"];
+
+/// Why energy per token is unknown for a record without a window of its own.
+const NO_WINDOW: &str = "the benchmark reported no measured window (measure_start_unix and \
+     measure_end_unix, or steady_state_start_unix and steady_state_end_unix), so its tokens \
+     cannot be set against the GPU energy of the same seconds; the point's energy also covers \
+     start-up and warm-up";
+
+/// The metrics of the samples inside `window`: none when no sample falls in it, and then the
+/// per-token metrics are unknown with the reason. Energy is the host's mean power times the
+/// window's length, so samples a little late to arrive do not shorten it; `output_tokens` are
+/// the tokens made in the window (none for a point's window).
 pub fn gpu_metrics(samples: &[Sample], window: Window, output_tokens: Option<f64>) -> Map<String, Json> {
     let inside: Vec<&Sample> = samples.iter().filter(|s| window.holds(s.t)).collect();
     let mut m = Map::new();
     if inside.is_empty() {
+        let why = format!(
+            "no GPU sample fell inside the benchmark's {:.2} s window (sampled every {} ms)",
+            window.seconds(),
+            gpu::INTERVAL_MS
+        );
+        if window.kind != WindowKind::Point && !samples.is_empty() {
+            unknown(&mut m, &PER_TOKEN, &why);
+        }
         return m;
     }
     let mut put = |name: &str, value: Option<f64>, digits: i32| {
@@ -54,21 +94,56 @@ pub fn gpu_metrics(samples: &[Sample], window: Window, output_tokens: Option<f64
     let energy = power.mean.map(|w| w * window.seconds());
     put("gpu_energy_j", energy, 2);
     put("gpu_energy_window_s", Some(window.seconds()), 3);
-    if let (Some(j), Some(tokens)) = (energy, output_tokens.filter(|t| *t > 0.0)) {
-        put("joules_per_output_token", Some(j / tokens), 6);
-        if j > 0.0 {
-            put("output_tokens_per_joule", Some(tokens / j), 6);
-        }
+    match window.kind {
+        WindowKind::Point => unknown(&mut m, &PER_TOKEN, NO_WINDOW),
+        _ => per_token(&mut m, energy, output_tokens),
     }
-    m.insert(
-        "gpu_energy_window".into(),
-        Json::from(if window.steady { "steady_state" } else { "point" }),
-    );
+    m.insert("gpu_energy_window".into(), Json::from(window.kind.name()));
     let throttled = throttled(&inside);
     if !throttled.is_empty() {
         m.insert("gpu_throttle_reasons".into(), Json::from(throttled.join(",")));
     }
     m
+}
+
+/// Joules per output token and its inverse, from the energy and the tokens of one window.
+fn per_token(m: &mut Map<String, Json>, energy: Option<f64>, tokens: Option<f64>) {
+    let (Some(j), Some(tokens)) = (energy, tokens.filter(|t| *t > 0.0)) else {
+        return;
+    };
+    m.insert("joules_per_output_token".into(), number(j / tokens, 6));
+    if j > 0.0 {
+        m.insert("output_tokens_per_joule".into(), number(tokens / j, 6));
+    }
+}
+
+/// Says in the record that `metrics` are unknown, and why.
+pub fn unknown(m: &mut Map<String, Json>, metrics: &[&str], why: &str) {
+    let entry = m.entry(UNKNOWN).or_insert_with(|| Json::Object(Map::new()));
+    if let Json::Object(reasons) = entry {
+        for metric in metrics {
+            reasons.insert((*metric).into(), Json::from(why));
+        }
+    }
+}
+
+/// Records made before energy per token needed the benchmark's window divided the whole
+/// point's energy by the measured tokens (1.4–2.4× too high on short points): their per-token
+/// figures are withdrawn, said unknown with the reason, when the record is read.
+pub fn withdraw_mismatched(m: &mut Map<String, Json>) {
+    let over_point = m.get("gpu_energy_window").and_then(Json::as_str) == Some("point");
+    if !over_point || !PER_TOKEN.iter().any(|k| m.contains_key(*k)) {
+        return;
+    }
+    for metric in PER_TOKEN {
+        m.remove(metric);
+    }
+    unknown(
+        m,
+        &PER_TOKEN,
+        "recorded by an earlier rigrun over the whole point (start-up and warm-up included) \
+         while the tokens were the benchmark's: not comparable, left out",
+    );
 }
 
 /// Mean and peak of the host's power: per GPU its mean (summed), per moment the GPUs' sum.
@@ -156,7 +231,7 @@ mod tests {
         let window = Window {
             start: 10.0,
             end: 12.0,
-            steady: true,
+            kind: WindowKind::Steady,
         };
         let m = gpu_metrics(&samples, window, Some(100.0));
         assert_eq!(m["gpu_samples"], json!(4));
@@ -175,8 +250,60 @@ mod tests {
         let window = Window {
             start: 0.0,
             end: 1.0,
-            steady: false,
+            kind: WindowKind::Point,
         };
         assert!(gpu_metrics(&[sample(5.0, 0, 1.0, 0)], window, Some(1.0)).is_empty());
+    }
+
+    #[test]
+    fn a_benchmark_window_without_samples_says_why_energy_per_token_is_unknown() {
+        let window = Window {
+            start: 0.0,
+            end: 0.2,
+            kind: WindowKind::Measured,
+        };
+        let m = gpu_metrics(&[sample(5.0, 0, 1.0, 0)], window, Some(10.0));
+        let why = m[UNKNOWN]["joules_per_output_token"].as_str().unwrap();
+        assert!(
+            why.contains("no GPU sample fell inside the benchmark's 0.20 s window"),
+            "{why}"
+        );
+        assert!(!m.contains_key("joules_per_output_token"));
+    }
+
+    #[test]
+    fn over_the_whole_point_energy_is_kept_and_energy_per_token_is_unknown() {
+        let samples = [sample(1.0, 0, 300.0, 0), sample(2.0, 0, 500.0, 0)];
+        let window = Window {
+            start: 0.5,
+            end: 2.5,
+            kind: WindowKind::Point,
+        };
+        let m = gpu_metrics(&samples, window, Some(100.0));
+        assert_eq!(m["gpu_energy_j"], json!(800.0));
+        assert_eq!(m["gpu_energy_window"], json!("point"));
+        assert!(!m.contains_key("joules_per_output_token"), "{m:#?}");
+        assert!(m[UNKNOWN]["output_tokens_per_joule"]
+            .as_str()
+            .unwrap()
+            .contains("no measured window"));
+    }
+
+    #[test]
+    fn per_token_figures_of_earlier_runs_over_the_point_are_withdrawn() {
+        let mut point = json!({"gpu_energy_window": "point", "joules_per_output_token": 9.06,
+                               "output_tokens_per_joule": 0.11, "gpu_energy_j": 1205.0});
+        let m = point.as_object_mut().unwrap();
+        withdraw_mismatched(m);
+        assert!(!m.contains_key("joules_per_output_token"));
+        assert_eq!(m["gpu_energy_j"], json!(1205.0));
+        assert!(m[UNKNOWN]["joules_per_output_token"]
+            .as_str()
+            .unwrap()
+            .contains("earlier rigrun"));
+        let mut steady = json!({"gpu_energy_window": "steady_state", "joules_per_output_token": 4.4});
+        let m = steady.as_object_mut().unwrap();
+        withdraw_mismatched(m);
+        assert_eq!(m["joules_per_output_token"], json!(4.4));
     }
 }

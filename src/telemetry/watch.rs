@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value as Json};
 use tokio::task::JoinHandle;
 
 use super::server::{self, Scrape};
-use super::summary::{self, Window};
+use super::summary::{self, Window, WindowKind};
 use super::{dcgm, gpu, prometheus, unix_now, validity};
 use crate::events::{Event, EventSender};
 use crate::transport::{line_text, HttpEndpoint, Job, JobEnd, Output, Stream, Transport};
@@ -225,12 +225,12 @@ impl Watch {
         if let Ok(gpu) = &self.gpu {
             if let Ok(log) = gpu.log.lock() {
                 let offset = log.offset.unwrap_or(0.0);
-                let window = steady_window(metrics).unwrap_or(Window {
+                let window = benchmark_window(metrics).unwrap_or(Window {
                     start: mark.since - offset,
                     end: now - offset,
-                    steady: false,
+                    kind: WindowKind::Point,
                 });
-                let tokens = output_tokens(metrics, window.steady);
+                let tokens = output_tokens(metrics, window.kind);
                 found.extend(summary::gpu_metrics(&log.samples, window, tokens));
             }
         }
@@ -299,25 +299,31 @@ fn write_lines(path: &Path, lines: &[Json]) -> std::io::Result<()> {
     file.flush()
 }
 
-/// The benchmark's steady-state window, when its record gives one on the host's clock
-/// (`rigrun bench`'s `steady_state_start_unix` and `steady_state_end_unix`).
-fn steady_window(m: &Map<String, Json>) -> Option<Window> {
-    let start = m.get("steady_state_start_unix")?.as_f64()?;
-    let end = m.get("steady_state_end_unix")?.as_f64()?;
-    (end > start).then_some(Window {
-        start,
-        end,
-        steady: true,
-    })
+/// The benchmark's own window on the host's clock, when its record gives one: the steady state
+/// (`rigrun bench`'s `steady_state_start_unix` and `steady_state_end_unix`), else the measured
+/// phase (`measure_start_unix` and `measure_end_unix`, as `bench_throughput.py` and `rigrun
+/// bench` print them).
+fn benchmark_window(m: &Map<String, Json>) -> Option<Window> {
+    let window = |start: &str, end: &str, kind| {
+        let (start, end) = (m.get(start)?.as_f64()?, m.get(end)?.as_f64()?);
+        (end > start).then_some(Window { start, end, kind })
+    };
+    window(
+        "steady_state_start_unix",
+        "steady_state_end_unix",
+        WindowKind::Steady,
+    )
+    .or_else(|| window("measure_start_unix", "measure_end_unix", WindowKind::Measured))
 }
 
 /// Output tokens made in the window: over the steady state, its throughput times its length;
-/// over the whole point, the record's total.
-fn output_tokens(m: &Map<String, Json>, steady: bool) -> Option<f64> {
+/// over the measured phase, the record's total; over the whole point, none can be said.
+fn output_tokens(m: &Map<String, Json>, kind: WindowKind) -> Option<f64> {
     let get = |name: &str| m.get(name).and_then(Json::as_f64);
-    match steady {
-        true => Some(get("steady_state_output_throughput")? * get("steady_state_duration")?),
-        false => get("total_output_tokens"),
+    match kind {
+        WindowKind::Steady => Some(get("steady_state_output_throughput")? * get("steady_state_duration")?),
+        WindowKind::Measured => get("total_output_tokens"),
+        WindowKind::Point => None,
     }
 }
 

@@ -128,12 +128,7 @@ fn telemetry_the_demo_shows_energy_per_output_token_for_both_hosts() {
             .collect();
         assert!(sweep.len() >= 4, "{host}: {sweep:#?}");
         for r in &sweep {
-            let m = &r["metrics"];
-            assert!(
-                m["joules_per_output_token"].as_f64().unwrap() > 0.0,
-                "{host}: {m:#}"
-            );
-            assert!(m["gpu_power_mean_w"].as_f64().unwrap() > 0.0, "{host}: {m:#}");
+            energy_and_tokens_share_the_benchmarks_window(&run_dir, host, r);
         }
     }
     // The model's card limits: 8 × 600 W and 1 × 300 W are never exceeded.
@@ -171,6 +166,47 @@ fn telemetry_the_demo_shows_energy_per_output_token_for_both_hosts() {
         );
     }
     assert!(html.contains("data-chart=\"power\"") && html.contains("data-chart=\"utilisation\""));
+}
+
+/// Energy per token is the GPUs' mean power over the benchmark's measured window divided by
+/// its throughput over the same window: the power is worked out here from the point's raw
+/// samples (its telemetry.jsonl), not read from the record.
+fn energy_and_tokens_share_the_benchmarks_window(run_dir: &Path, host: &str, record: &Value) {
+    let m = &record["metrics"];
+    let get = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{host}: no {k} in {m:#}"));
+    assert_eq!(m["gpu_energy_window"], "measured", "{host}: {m:#}");
+    let (start, end) = (get("measure_start_unix"), get("measure_end_unix"));
+    let within = |a: f64, b: f64| (a / b - 1.0).abs() < 0.03;
+    assert!(within(end - start, get("duration")), "{host}: {m:#}");
+    let label = format!("concurrency={}", record["point"]["concurrency"]);
+    let dir = run_dir.join("hosts").join(host).join("04-run-sweep");
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(&format!("-{label}.telemetry.jsonl"))
+        })
+        .unwrap_or_else(|| panic!("{host} {label}: no telemetry file in {}", dir.display()));
+    // The host's power at each sampled moment inside the window: the sum over its GPUs.
+    let mut moments: std::collections::BTreeMap<i64, f64> = Default::default();
+    for line in std::fs::read_to_string(&file).unwrap().lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        let sample = &line["sample"];
+        let t = sample["t"].as_f64().unwrap_or(f64::NAN);
+        if line["source"] == "gpu" && t >= start && t <= end {
+            *moments.entry((t * 1000.0).round() as i64).or_default() += sample["power_w"].as_f64().unwrap();
+        }
+    }
+    assert!(!moments.is_empty(), "{host} {label}: no GPU sample in the window");
+    let mean_power = moments.values().sum::<f64>() / moments.len() as f64;
+    let expected = mean_power / get("output_throughput");
+    let joules = get("joules_per_output_token");
+    assert!(
+        within(joules, expected),
+        "{host} {label}: {joules} J/token, but {mean_power:.1} W / {} tok/s = {expected:.4}",
+        get("output_throughput")
+    );
 }
 
 #[test]
@@ -228,4 +264,62 @@ steps:
         let names: Vec<&String> = r["metrics"].as_object().unwrap().keys().collect();
         assert_eq!(names, ["output_throughput"], "nothing added: {r}");
     }
+}
+
+/// A benchmark that prints no window of its own: the GPU energy over the whole point is kept,
+/// and energy per token is said to be unknown, with the reason, in the record and the table.
+#[test]
+fn telemetry_without_the_benchmarks_window_energy_per_token_is_unknown_and_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let port = free_port();
+    let inventory = format!(
+        "hosts:\n  h:\n    connection: local\n    workdir: {}\n    \
+         dcgm_exporter: http://127.0.0.1:{port}/dcgm-exporter/metrics\n    vars: {{port: {port}}}\n",
+        dir.join("w").display()
+    );
+    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    // The command's second is its whole work: a point long enough for the 333 ms sampler.
+    let playbook = r#"
+name: no-window
+steps:
+  - start-server:
+      command: "{{ rigrun }} sim --profile a6000-qwen3.6-27b --port {{ port }}"
+      url: "http://127.0.0.1:{{ port }}"
+  - run-sweep:
+      matrix: {concurrency: [1]}
+      command: "sleep 1; echo '{\"total_output_tokens\": 100, \"output_throughput\": 100}'"
+"#;
+    std::fs::write(dir.join("p.yaml"), playbook).unwrap();
+    let out = run_rigrun(dir, &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let run_dir = only_run_dir(&dir.join("runs"));
+    let recs = records(&run_dir);
+    let m = &recs.iter().find(|r| r["step"] == "run-sweep").unwrap()["metrics"];
+    assert_eq!(m["gpu_energy_window"], "point", "{m:#}");
+    assert!(m["gpu_energy_j"].as_f64().unwrap() > 0.0, "{m:#}");
+    assert!(m.get("joules_per_output_token").is_none(), "{m:#}");
+    let why = m["unknown_metrics"]["joules_per_output_token"].as_str().unwrap();
+    assert!(why.contains("no measured window"), "{why}");
+    let run = run_dir.to_str().unwrap();
+    let shown = run_rigrun(dir, &["show", run, "--metric", "joules_per_output_token"]);
+    let (table, stderr) = text(&shown);
+    assert!(shown.status.success(), "{stderr}");
+    assert!(table.contains("unknown [1]"), "{table}");
+    assert!(
+        table.contains("[1] unknown: the benchmark reported no measured window"),
+        "{table}"
+    );
+    let csv = run_rigrun(
+        dir,
+        &[
+            "show",
+            run,
+            "--metric",
+            "joules_per_output_token",
+            "--format",
+            "csv",
+        ],
+    );
+    assert!(text(&csv).0.contains(",unknown,"), "{:?}", text(&csv));
 }
