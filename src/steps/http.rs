@@ -53,6 +53,30 @@ pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Resul
     parse_models(&body).map_err(|e| anyhow::anyhow!("GET {url}: {e}"))
 }
 
+/// What already answers HTTP at the endpoint, said as the reason a server rigrun launches there
+/// cannot be the one measured; None when nothing answers. Any reply counts (a server that wants
+/// a key answers 401): whatever holds the port would be measured in the launched one's place.
+pub async fn already_answering(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Option<String> {
+    let url = models_url(&endpoint.base_url);
+    let reply = endpoint
+        .client
+        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(10)))
+        .await
+        .result
+        .ok()?;
+    let status = reply.status();
+    let body = reply.text().await.unwrap_or_default();
+    let what = match parse_models(&body) {
+        Ok(info) if status.is_success() => format!("serving {}", info.models.join(", ")),
+        _ => format!("GET {url}: HTTP {status}"),
+    };
+    Some(format!(
+        "something already answers at {} ({what}) before the server was launched: stop it first \
+         (the host's own server, or one left from an earlier run?), or give this one another port",
+        endpoint.base_url
+    ))
+}
+
 pub fn parse_models(body: &str) -> Result<ServerInfo> {
     let reply: Json = serde_json::from_str(body)
         .map_err(|_| anyhow::anyhow!("the reply is not JSON: {}", excerpt(body.as_bytes())))?;

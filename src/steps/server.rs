@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 use tokio::task::JoinHandle;
 
-use super::http::{get_models, smoke, wait_until_up};
+use super::http::{already_answering, smoke, wait_until_up};
 use super::start_server::{spawn_job, Watch};
 use super::verify_server::api_key;
 use super::HostCtx;
@@ -55,14 +55,7 @@ pub async fn stop_leftovers(ctx: &HostCtx, grace: Duration) -> Result<()> {
 pub async fn already_answered(ctx: &HostCtx, plan: &ServerPlan) -> Result<Option<String>> {
     let key = api_key(plan.api_key_env.as_deref())?;
     let endpoint = ctx.transport.http_endpoint(&plan.url).await?;
-    let answered = get_models(&endpoint, key.as_deref()).await.ok();
-    Ok(answered.map(|info| {
-        format!(
-            "something already answers at {} (serving {}) before the server was launched: stop it first (the host's own server?), or give this one another port",
-            plan.url,
-            info.models.join(", ")
-        )
-    }))
+    Ok(already_answering(&endpoint, key.as_deref()).await)
 }
 
 /// Starts the variant's server and waits until it answers, lists the model and (with `smoke`)

@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use super::http::wait_until_up;
+use super::http::{already_answering, wait_until_up};
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::start_server::StartServerPlan;
 use crate::config::template::shell_quote;
@@ -50,7 +50,7 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    /// Why the server is gone before answering, with its last lines; None while it runs.
+    /// Why the server is gone, with its last lines; None while it runs.
     pub(super) fn gone(watch: &Mutex<Watch>) -> Option<String> {
         let w = watch.lock().ok()?;
         let ended = w.ended.clone()?;
@@ -61,7 +61,7 @@ impl Watch {
             .map(|l| l.as_str())
             .collect();
         Some(format!(
-            "the server exited ({ended}) before answering; its last lines: {}",
+            "the server exited ({ended}); its last lines: {}",
             tail.join(" | ")
         ))
     }
@@ -75,8 +75,18 @@ impl Watch {
     }
 }
 
+/// Starts the server where nothing answers yet, and waits until it answers with its process
+/// still running: a server that cannot bind its port (another one holds it) is not taken for
+/// the one that does.
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) -> Result<StepOutcome> {
     let (command, url) = (plan.command.as_str(), plan.url.as_str());
+    let endpoint = ctx.transport.http_endpoint(url).await?;
+    if let Some(taken) = already_answering(&endpoint, None).await {
+        return Ok(StepOutcome::failed(
+            taken,
+            json!({ "command": command, "url": url }),
+        ));
+    }
     let log_path = ctx.step_dir(step)?.join("server.log");
     let watch = Arc::new(Mutex::new(Watch::default()));
     let (task, detached) = if plan.keep {
@@ -94,7 +104,6 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
             None,
         )
     };
-    let endpoint = ctx.transport.http_endpoint(url).await?;
     let gone = {
         let watch = watch.clone();
         move || Watch::gone(&watch)
@@ -107,7 +116,15 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
         "remote_process_group": detached.as_ref().map(|d| d.pid),
         "keep": plan.keep,
     });
-    match wait_until_up(&endpoint, plan.wait, None, &gone).await {
+    let answered = match wait_until_up(&endpoint, plan.wait, None, &gone).await {
+        // Answering is not enough: the process launched must be the one that answers.
+        Ok(_) if gone().is_some() => Err(anyhow::anyhow!(
+            "something else answers at {url}: {} (another server holds the port?)",
+            gone().unwrap_or_default()
+        )),
+        answered => answered,
+    };
+    match answered {
         Ok((info, waited)) => {
             if let Some(task) = task {
                 ctx.servers.push(BackgroundServer {

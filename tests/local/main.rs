@@ -28,5 +28,6 @@ mod shipped_playbooks;
 mod sim_http;
 mod sim_model;
 mod sim_profiles;
+mod start_server;
 mod telemetry;
 mod variants;
