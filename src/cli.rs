@@ -114,9 +114,11 @@ pub struct RunArgs {
     /// How many hosts run at once (default: all).
     #[arg(long)]
     pub forks: Option<usize>,
-    /// The metric shown in the closing table (default: output_throughput, or the first numeric one).
-    #[arg(long)]
-    pub metric: Option<String>,
+    /// The metrics of the closing tables, a table each (comma-separated); default: a sweep's
+    /// summary (output_throughput, median_ttft_ms, p99_ttft_ms, median_tpot_ms, p99_itl_ms: those
+    /// its records have), else the step's first numeric metric.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub metric: Vec<String>,
     /// Do not echo command output lines (they are still saved in the run directory).
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -150,14 +152,18 @@ pub struct ShowArgs {
     pub run_dir: PathBuf,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
-    /// The metric shown in the cells (default: output_throughput, or the first numeric one),
-    /// or one of telemetry's, e.g. output_tokens_per_joule or gpu_power_mean_w.
-    #[arg(long)]
-    pub metric: Option<String>,
+    /// The metrics shown, a table each (comma-separated), e.g. output_throughput,p99_ttft_ms or
+    /// telemetry's output_tokens_per_joule, gpu_power_mean_w. Default: a sweep's summary
+    /// (output_throughput, median_ttft_ms, p99_ttft_ms, median_tpot_ms, p99_itl_ms: those its
+    /// records have), else the step's first numeric metric. A name no record has is refused
+    /// (exit 2) with the closest one and the metrics the run holds.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub metric: Vec<String>,
     /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...
     /// (upper bounds on record metrics, e.g. p99_ttft_ms=2000,median_tpot_ms=50). Per host and
     /// sweep, the highest concurrency meeting every limit and the table's metric there are shown
-    /// first; a level without a limited metric does not meet it.
+    /// first; a level without a limited metric does not meet it. A metric no record has is
+    /// refused (exit 2) with the closest one.
     #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
     pub slo: Option<crate::config::slo::Slo>,
 }
@@ -168,10 +174,13 @@ pub struct ComparisonArgs {
     /// One run directory (hosts side by side) or several (the same hosts across runs).
     #[arg(required = true)]
     pub run_dirs: Vec<PathBuf>,
-    /// The metric of the tables (default: output_throughput, or the first numeric one),
-    /// or one of telemetry's, e.g. output_tokens_per_joule or gpu_power_mean_w.
-    #[arg(long)]
-    pub metric: Option<String>,
+    /// The metrics of the tables, a table each (comma-separated), e.g. output_throughput,p99_ttft_ms
+    /// or telemetry's output_tokens_per_joule, gpu_power_mean_w. Default: a sweep's summary
+    /// (output_throughput, median_ttft_ms, p99_ttft_ms, median_tpot_ms, p99_itl_ms: those its
+    /// records have), else the step's first numeric metric. A name no record has is refused
+    /// (exit 2) with the closest one and the metrics the runs hold.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub metric: Vec<String>,
     /// What the ratio columns divide by: a host (`blackwell`), a column (`blackwell/spec=off`)
     /// or, in a run with server variants, a variant (`spec=off`: each host's other variants
     /// against its own). Default: the first host, or with variants each host's first variant.
@@ -185,7 +194,8 @@ pub struct ComparisonArgs {
     /// Latency limits to judge the run by, overriding the playbook's `slo:`: METRIC=LIMIT,...
     /// (upper bounds on record metrics, e.g. p99_ttft_ms=2000,median_tpot_ms=50). Per host and
     /// sweep, the highest concurrency meeting every limit and the table's metric there are shown
-    /// first; a level without a limited metric does not meet it.
+    /// first; a level without a limited metric does not meet it. A metric no record has is
+    /// refused (exit 2) with the closest one.
     #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
     pub slo: Option<crate::config::slo::Slo>,
 }

@@ -139,9 +139,20 @@ fn resumed(args: &RunArgs, dir: &std::path::Path) -> Result<Option<(Config, Star
 /// finish well.
 fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
     let run = Run::open(&outcome.run_dir)?;
+    // A --metric the records turned out not to have: said, and the default tables shown.
+    let metrics = match report::check_metrics(std::slice::from_ref(&run), &args.metric, None) {
+        Ok(()) => args.metric.clone(),
+        Err(e) => {
+            eprintln!(
+                "warning: {e}
+  the closing tables show the default metrics"
+            );
+            Vec::new()
+        }
+    };
     // The closing table: `compare` of the run, the first host as the baseline.
     let opts = CompareOptions {
-        metric: args.metric.as_deref(),
+        metrics: &metrics,
         baseline: None,
         tolerance: report::DEFAULT_TOLERANCE,
     };
@@ -190,9 +201,10 @@ fn open_run(dir: &std::path::Path) -> Result<Run> {
 
 pub fn show(args: &ShowArgs) -> Result<Exit> {
     let mut run = open_run(&args.run_dir)?;
+    report::check_metrics(std::slice::from_ref(&run), &args.metric, args.slo.as_ref())?;
     judge_by(std::slice::from_mut(&mut run), args.slo.as_ref());
     let contents = Contents::Steps {
-        metric: args.metric.as_deref(),
+        metrics: &args.metric,
     };
     let shown = report::build(std::slice::from_ref(&run), &contents)?;
     print!("{}", report::render(&shown, args.format));
@@ -211,13 +223,15 @@ pub fn compare(args: &CompareArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The run directories compared, judged by `--slo` when given.
+/// The run directories compared, judged by `--slo` when given; metrics no record holds are
+/// refused.
 fn open_runs(args: &ComparisonArgs) -> Result<Vec<Run>> {
     let mut runs = args
         .run_dirs
         .iter()
         .map(|d| open_run(d))
         .collect::<Result<Vec<_>>>()?;
+    report::check_metrics(&runs, &args.metric, args.slo.as_ref())?;
     judge_by(&mut runs, args.slo.as_ref());
     Ok(runs)
 }
@@ -235,7 +249,7 @@ fn judge_by(runs: &mut [Run], slo: Option<&Slo>) {
 /// The comparison the user asked for on the command line.
 fn comparison(args: &ComparisonArgs) -> CompareOptions<'_> {
     CompareOptions {
-        metric: args.metric.as_deref(),
+        metrics: &args.metric,
         baseline: args.baseline.as_deref(),
         tolerance: args.tolerance,
     }

@@ -16,7 +16,7 @@ use super::{references, Run};
 /// What a report holds besides the hosts' facts and the references.
 pub enum Contents<'a> {
     /// `show`: every step of the run, each with its table in `metric`.
-    Steps { metric: Option<&'a str> },
+    Steps { metrics: &'a [String] },
     /// `compare` and the closing table of `run`: per main step, the hosts side by side with
     /// their ratios (one run), or each host's value in every run and its change (several).
     Comparison(&'a CompareOptions<'a>),
@@ -31,7 +31,7 @@ pub fn build(runs: &[Run], contents: &Contents) -> Result<Report> {
         bail!("no run directory given");
     }
     let mut sections = match *contents {
-        Contents::Steps { metric } => runs.iter().flat_map(|r| every_step(r, metric)).collect(),
+        Contents::Steps { metrics } => runs.iter().flat_map(|r| every_step(r, metrics)).collect(),
         Contents::Comparison(opts) if runs.len() == 1 => side_by_side(&runs[0], opts)?,
         Contents::Comparison(opts) => across_runs(runs, opts)?,
         Contents::Report(opts) => report(runs, opts)?,
@@ -62,9 +62,9 @@ fn compared_facts(runs: &[Run], contents: &Contents) -> Vec<FactsDiff> {
 }
 
 /// `show`: a section per step of the run, each with its table.
-fn every_step(run: &Run, metric: Option<&str>) -> Vec<Section> {
+fn every_step(run: &Run, metrics: &[String]) -> Vec<Section> {
     let tables = RunTables::new(run);
-    let section = |step| Section::tables(topic(step), vec![tables.grid(step, metric)]);
+    let section = |step| Section::tables(topic(step), tables.grids(step, metrics));
     tables.steps.iter().map(section).collect()
 }
 
@@ -74,7 +74,10 @@ fn side_by_side(run: &Run, opts: &CompareOptions) -> Result<Vec<Section>> {
     let ratios = Ratios::new(run, opts.baseline)?;
     let sections = tables
         .main_steps()
-        .map(|step| Section::tables(topic(step), vec![ratios.add_to(tables.grid(step, opts.metric))]))
+        .map(|step| {
+            let grids = tables.grids(step, opts.metrics);
+            Section::tables(topic(step), grids.into_iter().map(|g| ratios.add_to(g)).collect())
+        })
         .collect();
     Ok(sections)
 }
@@ -84,7 +87,7 @@ fn across_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Section>> {
     let across = Across::new(runs, opts)?;
     let sections = across
         .steps()
-        .map(|step| Section::tables(topic(step), vec![across.grid(step)]))
+        .map(|step| Section::tables(topic(step), across.grids(step)))
         .collect();
     Ok(sections)
 }
@@ -106,9 +109,15 @@ fn report(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Section>> {
                 .steps
                 .iter()
                 .filter(|s| s.step_index == index && s.step == name);
-            grids.extend(steps.map(|step| ratios.add_to(run.grid(step, opts.metric))));
+            for step in steps {
+                grids.extend(
+                    run.grids(step, opts.metrics)
+                        .into_iter()
+                        .map(|g| ratios.add_to(g)),
+                );
+            }
         }
-        grids.extend(across.as_ref().and_then(|a| a.grid_of(index, &name)));
+        grids.extend(across.iter().flat_map(|a| a.grids_of(index, &name)));
         let (charts, charts_left_out) = charts::for_step(runs, index, &name);
         sections.push(Section {
             topic: Topic::Step { index, name },

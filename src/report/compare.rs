@@ -6,17 +6,19 @@ use anyhow::Result;
 
 use super::baseline::Baseline;
 use super::grid::RunTables;
+use super::metric_names::pick_metrics;
 use super::model::Grid;
 use super::slo::SloCapacity;
 use super::stats::{self, Welch};
-use super::steps::{pick_metric, StepRecords};
+use super::steps::{is_main_step, StepRecords};
 use super::{Cell, Run, Verdict};
 
 /// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
 pub const DEFAULT_TOLERANCE: f64 = 5.0;
 
 pub struct CompareOptions<'a> {
-    pub metric: Option<&'a str>,
+    /// The metrics of the tables (a table each); none: each step's own (see `pick_metrics`).
+    pub metrics: &'a [String],
     pub baseline: Option<&'a str>,
     /// Changes across runs beyond this many percent are regressions or improvements.
     pub tolerance: f64,
@@ -169,15 +171,27 @@ impl<'a> Across<'a> {
         self.tables[0].main_steps()
     }
 
-    /// The table of one step (a main step of the first run), when the first run has it.
-    pub fn grid_of(&self, index: usize, name: &str) -> Option<Grid> {
-        let step = self.steps().find(|s| s.step_index == index && s.step == name)?;
-        Some(self.grid(step))
+    /// The tables of one step (a main step of the first run), when the first run has it.
+    pub fn grids_of(&self, index: usize, name: &str) -> Vec<Grid> {
+        self.steps()
+            .find(|s| s.step_index == index && s.step == name)
+            .map(|step| self.grids(step))
+            .unwrap_or_default()
     }
 
-    /// One step's table: per row, per host, its cell in each run, then its changes.
-    pub fn grid(&self, step: &StepRecords) -> Grid {
-        let metric = pick_metric(step, self.opts.metric);
+    /// One step's tables, a table per metric (the first with the SLO capacity).
+    pub fn grids(&self, step: &StepRecords) -> Vec<Grid> {
+        let main = is_main_step(&self.tables[0].steps, step);
+        let metrics = pick_metrics(step, self.opts.metrics, main);
+        metrics
+            .into_iter()
+            .enumerate()
+            .map(|(i, metric)| self.grid(step, metric, i == 0))
+            .collect()
+    }
+
+    /// One step's table in `metric`: per row, per host, its cell in each run, then its changes.
+    fn grid(&self, step: &StepRecords, metric: String, first: bool) -> Grid {
         let matching: Vec<Option<&StepRecords>> = self
             .tables
             .iter()
@@ -197,7 +211,9 @@ impl<'a> Across<'a> {
             .map(|r| run_label(self.runs, r))
             .zip(matching.iter().copied())
             .collect();
-        let slo = SloCapacity::across(&labelled, &metric, &self.hosts, &self.runs[0].manifest.slo);
+        let slo = first
+            .then(|| SloCapacity::across(&labelled, &metric, &self.hosts, &self.runs[0].manifest.slo))
+            .flatten();
         Grid {
             title: format!(
                 "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",

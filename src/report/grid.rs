@@ -2,11 +2,12 @@
 //! against its reference, with the scaling story and the SLO capacity of the main sweeps.
 
 use super::cell::{cell, Cell};
+use super::metric_names::{pick_metrics, step_holds};
 use super::model::Grid;
 use super::planned::{not_run_reason, Planned};
 use super::references::Lookup;
 use super::slo::SloCapacity;
-use super::steps::{group, is_main_step, pick_metric, RowRecords, StepRecords};
+use super::steps::{group, is_main_step, RowRecords, StepRecords};
 use super::{scaling, Run};
 
 /// A run read for its tables: its records grouped by step (with a row for every planned
@@ -36,11 +37,21 @@ impl<'a> RunTables<'a> {
         self.steps.iter().filter(|s| is_main_step(&self.steps, s))
     }
 
-    /// The step's table in `metric` (else the step's own, see `pick_metric`).
-    pub fn grid(&self, step: &StepRecords, metric: Option<&str>) -> Grid {
-        let hosts = self.run.hosts();
-        let metric = pick_metric(step, metric);
+    /// The step's tables, one per metric: those `asked`, else the step's own (see
+    /// `pick_metrics`); the first carries the scaling story and the SLO capacity.
+    pub fn grids(&self, step: &StepRecords, asked: &[String]) -> Vec<Grid> {
         let main = is_main_step(&self.steps, step);
+        let metrics = pick_metrics(step, asked, main);
+        metrics
+            .into_iter()
+            .enumerate()
+            .map(|(i, metric)| self.grid(step, metric, main && i == 0))
+            .collect()
+    }
+
+    /// The step's table in `metric`, with the scaling story and SLO capacity when `story`.
+    fn grid(&self, step: &StepRecords, metric: String, story: bool) -> Grid {
+        let hosts = self.run.hosts();
         let mut columns = vec!["point".to_string()];
         columns.extend(hosts.iter().cloned());
         let rows = step
@@ -63,11 +74,11 @@ impl<'a> RunTables<'a> {
                 step.step_index + 1,
                 step.step
             ),
-            scaling: match main {
+            scaling: match story {
                 true => scaling::stories(step, &metric, &hosts),
                 false => Vec::new(),
             },
-            slo: main
+            slo: story
                 .then(|| SloCapacity::of(step, &metric, &hosts, &self.run.manifest.slo))
                 .flatten(),
             metric,
@@ -77,7 +88,8 @@ impl<'a> RunTables<'a> {
     }
 
     /// The cell of `host` in one row of a step, checked against its reference when it has one;
-    /// `not run` with the reason for a planned point the host has no record of.
+    /// `not run` with the reason for a planned point the host has no record of; unknown, saying
+    /// so, where no record of the step has the metric at all.
     pub fn cell(
         &self,
         step: &StepRecords,
@@ -88,6 +100,9 @@ impl<'a> RunTables<'a> {
         let records = row.get(host);
         let value = cell(records, metric);
         match records.and_then(|r| r.first()) {
+            Some(_) if matches!(value, Cell::Missing) && !step_holds(step, metric) => Cell::Unknown {
+                reason: format!("no record of step {} has {metric}", step.step_index + 1),
+            },
             Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
             None if self.planned.has(step.step_index, &step.step, label) => Cell::NotRun {
                 reason: not_run_reason(&self.run.manifest, host),

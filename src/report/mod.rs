@@ -16,6 +16,7 @@ mod header;
 mod html;
 mod json;
 mod markdown;
+mod metric_names;
 mod model;
 mod planned;
 pub mod references;
@@ -34,6 +35,7 @@ pub use build::{build, Contents};
 pub use cell::{cell, format_number, Cell, RefCheck, Verdict};
 pub use compare::{parse_tolerance, CompareOptions, DEFAULT_TOLERANCE};
 pub use html::render as html;
+pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};
 
 use crate::events::Record;

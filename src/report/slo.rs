@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use super::cell::{cell, format_number, Cell};
+use super::metric_names::{step_names, suggestion};
 use super::scaling::{by_concurrency, other_axes, series_rows, Row};
 use super::steps::StepRecords;
 use crate::config::slo::Slo;
@@ -21,6 +22,10 @@ pub struct SloCapacity {
     /// The host the ratios divide by.
     pub baseline: Option<String>,
     pub series: Vec<Capacity>,
+    /// Limits on metrics no record of the step has (a misspelt name, or a benchmark that does
+    /// not measure it), each with the closest name it has: the capacity cannot be judged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<String>,
 }
 
 /// One series' capacity under the limits.
@@ -85,6 +90,7 @@ impl SloCapacity {
             metric: metric.to_string(),
             baseline: None,
             series,
+            unrecorded: unrecorded(&[step], limits),
         };
         if let Some(first) = hosts.first() {
             capacity.rebase(first);
@@ -171,17 +177,27 @@ impl SloCapacity {
                 s
             })
             .collect();
+        let judged: Vec<&StepRecords> = steps.iter().filter_map(|(_, s)| *s).collect();
+        let unrecorded = unrecorded(&judged, limits);
         (!series.is_empty()).then(|| SloCapacity {
             limits: limits.clone(),
             metric: metric.to_string(),
             baseline: None,
             series,
+            unrecorded,
         })
     }
 
     /// The headline: `within SLO (p99_ttft_ms ≤ 2000): a: concurrency=64 at 2411
     /// output_throughput; b: concurrency=16 at 318 output_throughput (×0.13 of a)`.
     pub fn headline(&self) -> String {
+        if !self.unrecorded.is_empty() {
+            return format!(
+                "within SLO ({}): cannot be judged: no record has {}",
+                self.limits,
+                self.unrecorded.join(", nor ")
+            );
+        }
         let hosts: Vec<String> = self.series.iter().map(|s| self.sentence(s)).collect();
         format!("within SLO ({}): {}", self.limits, hosts.join("; "))
     }
@@ -225,6 +241,22 @@ impl SloCapacity {
             format_number(w.concurrency)
         )
     }
+}
+
+/// The limited metrics no record of the steps has, each with the closest one they have:
+/// `p99_ttft (did you mean p99_ttft_ms?)`.
+fn unrecorded(steps: &[&StepRecords], limits: &Slo) -> Vec<String> {
+    let held: std::collections::BTreeSet<String> = steps.iter().flat_map(|s| step_names(s)).collect();
+    let names: Vec<&str> = held.iter().map(String::as_str).collect();
+    limits
+        .limits
+        .keys()
+        .filter(|m| !held.contains(*m))
+        .map(|m| match suggestion(m, &names) {
+            Some(best) => format!("{m} (did you mean {best}?)"),
+            None => m.clone(),
+        })
+        .collect()
 }
 
 /// One series' capacity; none when it has no level.

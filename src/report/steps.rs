@@ -1,10 +1,9 @@
 //! A run's records grouped the way tables show them: by step, then by row (a sweep point, or
 //! one record of it when a point produced several), then by host; which steps are the main
-//! ones and which metric a step's table shows.
+//! ones.
 
 use indexmap::IndexMap;
 
-use super::DEFAULT_METRIC;
 use crate::events::{Record, RecordStatus};
 use crate::point;
 
@@ -67,37 +66,6 @@ fn sub_label(base: &str, record: &Record, k: usize) -> String {
     }
 }
 
-/// Numbers in records that describe the point rather than measure it.
-const CONTEXT_KEYS: &[&str] = &[
-    "exit_code",
-    "max_concurrency",
-    "input_len",
-    "output_len",
-    "num_prompts",
-    "request_rate",
-];
-
-/// The metric to show for a step: the one asked for, else `output_throughput`, else the first
-/// numeric metric of the first successful record.
-pub fn pick_metric(step: &StepRecords, asked: Option<&str>) -> String {
-    if let Some(m) = asked {
-        return m.to_string();
-    }
-    let ok = || {
-        step.rows
-            .values()
-            .flat_map(|h| h.values().flatten())
-            .filter(|r| r.status == RecordStatus::Ok)
-    };
-    if ok().any(|r| r.metrics.contains_key(DEFAULT_METRIC)) {
-        return DEFAULT_METRIC.to_string();
-    }
-    ok().flat_map(|r| r.metrics.iter())
-        .find(|(k, v)| v.is_number() && !CONTEXT_KEYS.contains(&k.as_str()))
-        .map(|(k, _)| k.clone())
-        .unwrap_or_else(|| DEFAULT_METRIC.to_string())
-}
-
 /// Whether a step is one of the run's main tables (compared, charted, told the scaling story
 /// of): the sweeps, or every step when no sweep measured anything. Fetched result files repeat
 /// a measuring sweep's numbers.
@@ -123,6 +91,7 @@ pub fn is_fetched(step: &StepRecords) -> bool {
 mod tests {
     use super::*;
     use crate::report::cell::{cell, Cell};
+    use crate::report::metric_names::pick_metric;
     use serde_json::{json, Value as Json};
 
     fn record(host: &str, c: u64, status: RecordStatus, metrics: Json) -> Record {
@@ -143,7 +112,7 @@ mod tests {
         let groups = group(&recs);
         assert_eq!(groups.len(), 1);
         let step = &groups[0];
-        assert_eq!(pick_metric(step, None), "output_throughput");
+        assert_eq!(pick_metric(step), "output_throughput");
         let labels: Vec<_> = step.rows.keys().cloned().collect();
         assert_eq!(labels, ["concurrency=1", "concurrency=1024"]);
         let row = &step.rows["concurrency=1024"];
@@ -171,7 +140,7 @@ mod tests {
         let groups = group(&recs);
         let labels: Vec<_> = groups[0].rows.keys().cloned().collect();
         assert_eq!(labels, ["concurrency=1", "concurrency=1 max_concurrency=4"]);
-        assert_eq!(pick_metric(&groups[0], None), "x");
+        assert_eq!(pick_metric(&groups[0]), "x");
     }
 
     #[test]

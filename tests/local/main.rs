@@ -19,6 +19,7 @@ mod report;
 mod report_compare;
 mod report_facts;
 mod report_facts_diff;
+mod report_metrics;
 mod report_noise;
 mod report_references;
 mod report_repeat;
