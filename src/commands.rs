@@ -212,7 +212,10 @@ pub fn show(args: &ShowArgs) -> Result<Exit> {
 }
 
 pub fn compare(args: &CompareArgs) -> Result<Exit> {
-    let runs = open_runs(&args.runs)?;
+    let mut runs = open_runs(&args.runs)?;
+    if !args.facts {
+        leave_out_unshared(&mut runs)?;
+    }
     let opts = comparison(&args.runs);
     let compared =
         report::build(&runs, &Contents::Comparison(&opts)).map_err(|e| Invalid(format!("{e:#}")))?;
@@ -221,6 +224,41 @@ pub fn compare(args: &CompareArgs) -> Result<Exit> {
         false => print!("{}", report::render(&compared, args.format)),
     }
     Ok(Exit::Ok)
+}
+
+/// Across runs, those that measured no point the first run did are left out, said in a line
+/// each; when none is left to compare with the first, that is the one line (exit 2).
+fn leave_out_unshared(runs: &mut Vec<Run>) -> Result<()> {
+    let Some((first, others)) = runs.split_first() else {
+        return Ok(());
+    };
+    let unshared: Vec<usize> = (1..runs.len())
+        .filter(|&i| !report::shares_a_point(first, &others[i - 1]))
+        .collect();
+    let said = |run: &Run| {
+        format!(
+            "run {} (playbook {})",
+            run.manifest.run_id, run.manifest.playbook.name
+        )
+    };
+    let lines: Vec<String> = unshared
+        .iter()
+        .map(|&i| format!("{} shares no sweep point with {}", said(&runs[i]), said(first)))
+        .collect();
+    if !unshared.is_empty() && unshared.len() == others.len() {
+        return Err(Invalid(format!(
+            "{}: nothing to compare across them (compare each run on its own: rigrun compare RUN_DIR)",
+            lines.join("; ")
+        ))
+        .into());
+    }
+    for line in &lines {
+        eprintln!("warning: {line}: left out of the comparison");
+    }
+    for &i in unshared.iter().rev() {
+        runs.remove(i);
+    }
+    Ok(())
 }
 
 /// The run directories compared, judged by `--slo` when given; metrics no record holds are

@@ -36,6 +36,10 @@ pub struct Record {
     /// The server variant measured (its values, like `point`); absent without variants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<IndexMap<String, Json>>,
+    /// The command that printed it, as run on the host (a sweep's measurements): across runs,
+    /// what tells whether two records measured the same workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 impl Record {

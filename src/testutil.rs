@@ -36,5 +36,6 @@ pub fn record(
         attempt: 1,
         repetition: 1,
         variant: None,
+        command: None,
     }
 }

@@ -194,6 +194,7 @@ fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Opti
         attempt: 1,
         repetition: 1,
         variant: ctx.variant_values(),
+        command: None,
     }));
 }
 

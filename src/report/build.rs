@@ -5,7 +5,7 @@
 use anyhow::{bail, Result};
 
 use super::charts;
-use super::compare::{Across, CompareOptions, Ratios};
+use super::compare::{shares_a_point, Across, CompareOptions, Ratios};
 use super::facts_diff::{self, FactsDiff};
 use super::grid::RunTables;
 use super::header::Header;
@@ -95,9 +95,10 @@ fn across_runs(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Section>> {
 /// The HTML report: per main step of any run (in step order), its charts, each run's hosts
 /// side by side, then the change across runs.
 fn report(runs: &[Run], opts: &CompareOptions) -> Result<Vec<Section>> {
-    let across = match runs.len() {
-        1 => None,
-        _ => Some(Across::new(runs, opts)?),
+    // Across runs only when a later run measured a point the first did.
+    let across = match runs[1..].iter().any(|r| shares_a_point(&runs[0], r)) {
+        false => None,
+        true => Some(Across::new(runs, opts)?),
     };
     let tables: Vec<RunTables> = runs.iter().map(RunTables::new).collect();
     let mut sections = Vec::new();

@@ -25,11 +25,13 @@ pub enum Cell {
         interval: Option<(f64, f64)>,
     },
     /// A change in percent (across runs, or from a reference); a change beyond the tolerance
-    /// carries its verdict, and, when both sides are repeated, the test it was judged by.
+    /// carries its verdict, and, when both sides are repeated, the test it was judged by. A
+    /// change between different workloads says how they differ, and is never judged.
     Change {
         percent: f64,
         verdict: Option<Verdict>,
         test: Option<Welch>,
+        workload: Option<String>,
     },
     /// The benchmark said the record is not valid (`valid: false`); its value, if any, is
     /// shown for the record but never compared.
@@ -250,6 +252,11 @@ impl Cell {
                 value,
                 interval: Some((low, high)),
             } => format!("×{value:.2} [{low:.2}–{high:.2}]"),
+            Cell::Change {
+                percent,
+                workload: Some(_),
+                ..
+            } => format!("{percent:+.1}% other workload"),
             Cell::Change { percent, verdict, .. } => match verdict {
                 Some(v) => format!("{percent:+.1}% {}", v.as_str()),
                 None => format!("{percent:+.1}%"),
@@ -272,6 +279,14 @@ impl Cell {
     /// excluded; a judged change says what it was judged by).
     pub fn note(&self) -> Option<(String, String)> {
         match self {
+            Cell::Change {
+                workload: Some(why), ..
+            } => Some((
+                self.text(),
+                format!(
+                    "another workload than the first run's ({why}): not a like-for-like change, not judged"
+                ),
+            )),
             Cell::Change {
                 verdict: Some(_),
                 test,
@@ -470,6 +485,7 @@ mod tests {
             percent: -6.06,
             verdict: Some(Verdict::Regression),
             test: None,
+            workload: None,
         };
         assert_eq!(change.text(), "-6.1% regression");
     }

@@ -11,7 +11,8 @@ use super::model::Grid;
 use super::slo::SloCapacity;
 use super::stats::{self, Welch};
 use super::steps::{is_main_step, StepRecords};
-use super::{Cell, Run, Verdict};
+use super::{workload, Cell, Run, Verdict};
+use crate::events::{Record, RecordStatus};
 
 /// Changes across runs within this many percent are noise unless `--tolerance` says otherwise.
 pub const DEFAULT_TOLERANCE: f64 = 5.0;
@@ -90,7 +91,27 @@ fn change(cell: &Cell, base: &Cell, tolerance: f64, metric: &str) -> Cell {
         percent,
         verdict,
         test,
+        workload: None,
     }
+}
+
+/// A change between records of different workloads: said how, and not judged.
+fn unlike(change: Cell, why: Option<String>) -> Cell {
+    match (change, why) {
+        (Cell::Change { percent, test, .. }, Some(why)) => Cell::Change {
+            percent,
+            verdict: None,
+            test,
+            workload: Some(why),
+        },
+        (change, _) => change,
+    }
+}
+
+/// The first measurement of `host` at the row `label` of a step, when it has one.
+fn measured<'r>(step: Option<&StepRecords<'r>>, label: &str, host: &str) -> Option<&'r Record> {
+    let records = step?.rows.get(label)?.get(host)?;
+    records.iter().copied().find(|r| r.status == RecordStatus::Ok)
 }
 
 /// The ratio columns of a run's tables: each column against its baseline (see `baseline.rs`).
@@ -248,15 +269,52 @@ impl<'a> Across<'a> {
                     },
                 )
                 .collect();
+            let measured: Vec<Option<(&Record, &str)>> = steps
+                .iter()
+                .zip(self.runs)
+                .map(|(step, run)| Some((measured(*step, label, host)?, run.manifest.run_id.as_str())))
+                .collect();
             let changes: Vec<Cell> = cells[1..]
                 .iter()
-                .map(|c| change(c, &cells[0], self.opts.tolerance, metric))
+                .zip(&measured[1..])
+                .map(|(c, other)| {
+                    let why = measured[0].zip(*other).and_then(|(a, b)| workload::differs(a, b));
+                    unlike(change(c, &cells[0], self.opts.tolerance, metric), why)
+                })
                 .collect();
             row.extend(cells);
             row.extend(changes);
         }
         row
     }
+}
+
+/// Whether `other` measured any point of a host that `first` measured in one of its main
+/// sweeps (the same step, row and column): runs that share none have nothing to compare.
+pub fn shares_a_point(first: &Run, other: &Run) -> bool {
+    let (first, other) = (RunTables::new(first), RunTables::new(other));
+    let shared = first.main_steps().any(|step| {
+        let Some(theirs) = other
+            .steps
+            .iter()
+            .find(|s| s.step_index == step.step_index && s.step == step.step)
+        else {
+            return false;
+        };
+        step.rows.iter().any(|(label, by_host)| {
+            by_host
+                .iter()
+                .filter(|(_, records)| !records.is_empty())
+                .any(|(host, _)| {
+                    theirs
+                        .rows
+                        .get(label)
+                        .and_then(|h| h.get(host))
+                        .is_some_and(|r| !r.is_empty())
+                })
+        })
+    });
+    shared
 }
 
 /// `point`, then per host: its value in each run, then its change in each later run.

@@ -162,10 +162,12 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
             percent,
             verdict,
             test,
+            workload,
         } => {
             let verdict = verdict.map(|v| v.as_str().to_string());
             let test = test.map(|w| format!("Welch's t-test p = {:.4}", w.p_value));
-            let reason: Vec<String> = verdict.into_iter().chain(test).collect();
+            let other = workload.as_ref().map(|w| format!("other workload: {w}"));
+            let reason: Vec<String> = verdict.into_iter().chain(test).chain(other).collect();
             (format!("{percent:.4}"), "%", reason.join("; "))
         }
         Cell::Invalid { value, reason } => (

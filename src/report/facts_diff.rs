@@ -118,7 +118,9 @@ pub fn across_runs(runs: &[Run]) -> Vec<FactsDiff> {
             .iter()
             .filter_map(|run| {
                 let entry = run.manifest.hosts.get(host)?;
-                Some((format!("@{}", run_label(runs, run)), facts_of(entry)))
+                let mut facts = facts_of(entry);
+                facts.extend(super::workload::facts(run, host));
+                Some((format!("@{}", run_label(runs, run)), facts))
             })
             .collect();
         (columns.len() > 1).then(|| FactsDiff::new(format!("host {host} across runs"), columns))

@@ -166,6 +166,9 @@ enum CellJson<'a> {
         /// A change's Welch's t-test (t, df, p_value), when both sides are repeated.
         #[serde(skip_serializing_if = "Option::is_none")]
         welch: Option<&'a Welch>,
+        /// How the workloads of a change across runs differ, when they do (never judged then).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        other_workload: Option<&'a str>,
     },
     Invalid {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,17 +212,20 @@ impl CellJson<'_> {
                 interval: interval.map(|(low, high)| [low, high]),
                 verdict: None,
                 welch: None,
+                other_workload: None,
             },
             Cell::Change {
                 percent,
                 verdict,
                 test,
+                workload,
             } => CellJson::Derived {
                 value: *percent,
                 unit: "%",
                 interval: None,
                 verdict: *verdict,
                 welch: test.as_ref(),
+                other_workload: workload.as_deref(),
             },
             Cell::Invalid { value, reason } => CellJson::Invalid {
                 value: *value,

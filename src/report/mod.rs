@@ -26,6 +26,7 @@ pub(crate) mod stats;
 mod steps;
 mod svg;
 mod table;
+mod workload;
 
 use std::path::Path;
 
@@ -33,7 +34,7 @@ use anyhow::Result;
 
 pub use build::{build, Contents};
 pub use cell::{cell, format_number, Cell, RefCheck, Verdict};
-pub use compare::{parse_tolerance, CompareOptions, DEFAULT_TOLERANCE};
+pub use compare::{parse_tolerance, shares_a_point, CompareOptions, DEFAULT_TOLERANCE};
 pub use html::render as html;
 pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};

@@ -134,6 +134,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
                     percent: (v / r.expected.value - 1.0) * 100.0,
                     verdict: None,
                     test: None,
+                    workload: None,
                 },
                 _ => Cell::Missing,
             };

@@ -84,6 +84,7 @@ fn invalid_record(n: u32, attempt: u32) -> Event {
         attempt,
         repetition: 1,
         variant: None,
+        command: None,
     })
 }
 

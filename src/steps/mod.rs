@@ -25,6 +25,7 @@ pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
 use crate::config::server::Variant;
+use crate::config::steps::run_sweep::Point as SweepPoint;
 use crate::config::steps::Action;
 use crate::config::HostVars;
 use crate::events::{Event, EventSender, PointRun, Record, RecordStatus, Status};
@@ -172,7 +173,33 @@ impl HostCtx {
         status: RecordStatus,
         reason: Option<String>,
     ) {
-        self.emit(Event::Record(Record {
+        let record = self.new_record(step, point, at, (metrics, status, reason));
+        self.emit(Event::Record(record));
+    }
+
+    /// Emits a measurement the sweep point's command printed, with that command.
+    pub fn record_measured(
+        &self,
+        step: &PlannedStep,
+        point: &SweepPoint,
+        at: PointRun,
+        metrics: serde_json::Map<String, Json>,
+    ) {
+        let record = Record {
+            command: Some(point.command.clone()),
+            ..self.new_record(step, &point.values, at, (metrics, RecordStatus::Ok, None))
+        };
+        self.emit(Event::Record(record));
+    }
+
+    fn new_record(
+        &self,
+        step: &PlannedStep,
+        point: &IndexMap<String, Json>,
+        at: PointRun,
+        (metrics, status, reason): (serde_json::Map<String, Json>, RecordStatus, Option<String>),
+    ) -> Record {
+        Record {
             run: self.run_id.clone(),
             host: self.host.clone(),
             step: step.name.clone(),
@@ -184,7 +211,8 @@ impl HostCtx {
             attempt: at.attempt,
             repetition: at.repetition,
             variant: self.variant_values(),
-        }));
+            command: None,
+        }
     }
 }
 

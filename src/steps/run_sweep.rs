@@ -363,7 +363,7 @@ async fn run_attempt(
             match made {
                 Made::Record(mut metrics) => {
                     watch.annotate(&mut mark, &mut metrics, claims).await;
-                    ctx.record(step, &point.values, run, metrics, RecordStatus::Ok, None);
+                    ctx.record_measured(step, point, run, metrics);
                 }
                 Made::Unreadable { number, text, why } => {
                     let at = (point.label(), run, number);
