@@ -127,6 +127,13 @@ pub enum Event {
         host: String,
         facts: crate::facts::HostFacts,
     },
+    /// The host's GPUs, learnt after it connected from another source than nvidia-smi (a DCGM
+    /// exporter): facts like those found at connect.
+    GpusFound {
+        host: String,
+        gpus: Vec<crate::facts::Gpu>,
+        source: String,
+    },
     /// `rigrun run --resume` goes on with the run: the `session`-th time a rigrun process
     /// works on it (the first run is session 1).
     RunResumed {

@@ -40,6 +40,9 @@ pub struct HostFacts {
     pub gpu_count: Option<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<Gpu>,
+    /// Where `gpus` came from when not from nvidia-smi: `DCGM exporter <url>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_source: Option<String>,
     /// One line: NVLink between all, some or none of the GPUs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_interconnect: Option<String>,

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use super::compare::run_label;
-use super::header::{field, memory, server_facts, verify_server_details};
+use super::header::{field, memory, server_details, server_facts};
 use super::Run;
 use crate::point::value_text;
 use crate::store::HostEntry;
@@ -167,7 +167,7 @@ pub fn facts_of(entry: &HostEntry) -> Vec<(String, String)> {
     let server = server_facts(entry).unwrap_or_default();
     push("engine", server.engine);
     push("engine version", server.version);
-    let details = verify_server_details(entry).find(|d| d.get("models").is_some());
+    let details = server_details(entry).find(|d| d.get("models").is_some());
     let served = details.and_then(|d| d.get("models")?.as_array().cloned());
     let served = served.map(|m| m.iter().map(value_text).collect::<Vec<_>>().join(", "));
     push("model", served);

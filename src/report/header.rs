@@ -108,8 +108,18 @@ fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
         lines.push(("system".to_string(), system.join(", ")));
     }
     let server = server_facts(entry);
-    if let Some(summary) = server.as_ref().map(server_line) {
-        lines.push(("server".to_string(), summary));
+    match variant_facts(entry) {
+        // Each variant's server says how it was launched, which is what differs between them.
+        variants if !variants.is_empty() && !verified(entry) => {
+            for (label, facts) in variants {
+                lines.push((format!("server {label}"), server_line(&facts)));
+            }
+        }
+        _ => {
+            if let Some(summary) = server.as_ref().map(server_line) {
+                lines.push(("server".to_string(), summary));
+            }
+        }
     }
     HostFacts {
         host: host.to_string(),
@@ -151,7 +161,8 @@ fn gpu_line(facts: &Facts) -> Option<String> {
     if !drivers.is_empty() {
         line.push(format!("driver {}", drivers.join(", ")));
     }
-    Some(line.join(", "))
+    let source = facts.gpu_source.as_ref().map(|s| format!(" (from the {s})"));
+    Some(line.join(", ") + &source.unwrap_or_default())
 }
 
 /// One GPU as `name (memory, power limit …)`, and its driver.
@@ -201,22 +212,44 @@ pub(super) fn memory(kib: u64) -> String {
     }
 }
 
-/// The server facts verify-server recorded (the last verify-server step of the host that
-/// recorded any).
+/// The server facts the host's server gave (the last verify-server step that recorded any,
+/// else its first server variant that did).
 pub(super) fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
-    verify_server_details(entry)
+    server_details(entry)
         .filter_map(|d| d.get("server_facts").filter(|f| f.is_object()))
         .find_map(|f| serde_json::from_value(f.clone()).ok())
 }
 
-/// The details of the host's verify-server steps, the last first.
-pub(super) fn verify_server_details(entry: &HostEntry) -> impl Iterator<Item = &Json> {
+/// Whether a verify-server step of the host recorded what its server said of itself.
+fn verified(entry: &HostEntry) -> bool {
     entry
+        .steps
+        .iter()
+        .any(|s| s.kind == "verify-server" && s.details.get("server_facts").is_some_and(Json::is_object))
+}
+
+/// Each server variant's facts, by its label, where its startup recorded them.
+fn variant_facts(entry: &HostEntry) -> Vec<(String, ServerFacts)> {
+    entry
+        .variants
+        .iter()
+        .filter_map(|(label, v)| {
+            let facts = v.startup.get("server_facts").filter(|f| f.is_object())?;
+            Some((label.clone(), serde_json::from_value(facts.clone()).ok()?))
+        })
+        .collect()
+}
+
+/// Where the host's server described itself (`models`, `max_model_len`, `server_facts`): its
+/// verify-server steps, the last first, then its server variants' startups, in order.
+pub(super) fn server_details(entry: &HostEntry) -> impl Iterator<Item = &Json> {
+    let verified = entry
         .steps
         .iter()
         .rev()
         .filter(|s| s.kind == "verify-server")
-        .map(|s| &s.details)
+        .map(|s| &s.details);
+    verified.chain(entry.variants.values().map(|v| &v.startup))
 }
 
 /// `sglang 0.4.6, tp_size=8, quantization=modelopt_fp4` or `rigrun (no version reported)`.
@@ -265,6 +298,14 @@ mod tests {
             "1× NVIDIA A100"
         );
         assert_eq!(gpu_line(&Facts::default()), None);
+        let from_dcgm = facts(
+            json!({"nvidia_smi": "absent", "gpu_source": "DCGM exporter http://h:9400/metrics",
+            "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory": "81559 MiB"}]}),
+        );
+        assert_eq!(
+            gpu_line(&from_dcgm).unwrap(),
+            "1× NVIDIA H100 80GB HBM3 (81559 MiB) (from the DCGM exporter http://h:9400/metrics)"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 use tokio::task::JoinHandle;
 
-use super::http::{already_answering, smoke, wait_until_up};
+use super::http::{already_answering, server_facts, smoke, wait_until_up};
 use super::start_server::{spawn_job, Watch};
 use super::verify_server::api_key;
 use super::HostCtx;
@@ -117,7 +117,10 @@ async fn until_ready(
         Some(m) => m.clone(),
         None => info.models.first().cloned().unwrap_or_default(),
     };
-    let mut startup = json!({ "ready_seconds": ready, "models": info.models });
+    // What the server says of itself, as verify-server records it: the facts of the variant.
+    let facts = server_facts(&endpoint, key.as_deref(), &info.reply).await;
+    let mut startup = json!({ "ready_seconds": ready, "models": info.models,
+                              "max_model_len": info.max_model_len, "server_facts": facts });
     if plan.smoke {
         smoke(&endpoint, &model, 1, key.as_deref()).await.map_err(text)?;
         startup["first_token_seconds"] = json!(launched.elapsed().as_secs_f64());

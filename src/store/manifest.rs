@@ -180,6 +180,14 @@ impl Manifest {
             Event::HostConnected { host, facts } => {
                 self.host(host).facts = facts.clone();
             }
+            Event::GpusFound { host, gpus, source } => {
+                let facts = &mut self.host(host).facts;
+                // nvidia-smi's list, when it gave one, stands.
+                if facts.gpus.is_empty() {
+                    (facts.gpus, facts.gpu_source) = (gpus.clone(), Some(source.clone()));
+                    facts.gpu_count = Some(gpus.len() as u64);
+                }
+            }
             Event::StepStarted {
                 host,
                 index,

@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 
 use super::gpu::Sample;
 use super::prometheus;
+use crate::facts::Gpu;
 
 /// The exporter's field names, for what [`Sample`] holds.
 const POWER: &str = "DCGM_FI_DEV_POWER_USAGE";
 const UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
 const MEM_UTIL: &str = "DCGM_FI_DEV_MEM_COPY_UTIL";
 const MEM_USED: &str = "DCGM_FI_DEV_FB_USED";
+const MEM_FREE: &str = "DCGM_FI_DEV_FB_FREE";
+const POWER_LIMIT: &str = "DCGM_FI_DEV_POWER_MGMT_LIMIT";
 const SM_CLOCK: &str = "DCGM_FI_DEV_SM_CLOCK";
 const TEMP: &str = "DCGM_FI_DEV_GPU_TEMP";
 /// Newer exporters call the throttle reasons clock events.
@@ -46,6 +49,40 @@ pub fn samples(t: f64, scrape: &[prometheus::Sample]) -> Vec<Sample> {
         }
     }
     gpus.into_values().collect()
+}
+
+/// The GPUs a scrape describes, as facts: the card's name (`modelName`), its memory (used +
+/// free framebuffer), driver (`DCGM_FI_DRIVER_VERSION`, where the exporter labels it) and power
+/// limit, each where the exporter gives it.
+pub fn gpus(scrape: &[prometheus::Sample]) -> Vec<Gpu> {
+    let mut found: BTreeMap<u32, (Gpu, f64, f64)> = BTreeMap::new();
+    for s in scrape.iter().filter(|s| s.name.starts_with("DCGM_FI_DEV_")) {
+        let label = |name: &str| s.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let Some(index) = label("gpu").and_then(|g| g.parse().ok()) else {
+            continue;
+        };
+        let (gpu, used, free) = found
+            .entry(index)
+            .or_insert_with(|| (Gpu::default(), f64::NAN, f64::NAN));
+        gpu.name = label("modelName")
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| gpu.name.clone());
+        gpu.driver = label("DCGM_FI_DRIVER_VERSION").or(gpu.driver.take());
+        match s.name.as_str() {
+            MEM_USED => *used = s.value,
+            MEM_FREE => *free = s.value,
+            POWER_LIMIT => gpu.power_limit = Some(format!("{:.2} W", s.value)),
+            _ => {}
+        }
+    }
+    found
+        .into_values()
+        .map(|(mut gpu, used, free)| {
+            let total = used + free;
+            gpu.memory = total.is_finite().then(|| format!("{total:.0} MiB"));
+            gpu
+        })
+        .collect()
 }
 
 fn empty(t: f64, gpu: u32) -> Sample {
@@ -87,5 +124,25 @@ mod tests {
         assert_eq!(s[0].mem_used_mib, Some(45000.0));
         assert_eq!((s[1].power_w, s[1].throttle, s[1].t), (Some(99.0), Some(64), 5.0));
         assert!(samples(0.0, &prometheus::parse("x 1\n").0).is_empty());
+    }
+
+    #[test]
+    fn the_gpus_an_exporter_describes_are_facts() {
+        let text = "DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-a\",pci_bus_id=\"00000000:01:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"h\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 70000\n\
+            DCGM_FI_DEV_FB_FREE{gpu=\"0\",UUID=\"GPU-a\",modelName=\"NVIDIA H100 80GB HBM3\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 11559\n\
+            DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu=\"0\",UUID=\"GPU-a\",modelName=\"NVIDIA H100 80GB HBM3\"} 700\n\
+            DCGM_FI_DEV_POWER_USAGE{gpu=\"1\",UUID=\"GPU-b\",modelName=\"NVIDIA H100 80GB HBM3\"} 120.5\n";
+        let (scrape, bad) = prometheus::parse(text);
+        assert!(bad.is_empty(), "{bad:?}");
+        let gpus = gpus(&scrape);
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(gpus[0].memory.as_deref(), Some("81559 MiB"));
+        assert_eq!(gpus[0].driver.as_deref(), Some("550.54.15"));
+        assert_eq!(gpus[0].power_limit.as_deref(), Some("700.00 W"));
+        assert_eq!(
+            (gpus[1].memory.as_deref(), gpus[1].driver.as_deref()),
+            (None, None)
+        );
     }
 }

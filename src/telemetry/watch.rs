@@ -387,7 +387,7 @@ async fn start_dcgm(transport: &Transport, teller: &Teller, url: String) -> Resu
         let (scrape, _) = fetch_url(&endpoint, &url).await?;
         match dcgm::samples(unix_now(), &scrape).is_empty() {
             true => Err("its reply has no DCGM_FI_DEV_* fields".to_string()),
-            false => Ok(endpoint),
+            false => Ok((endpoint, dcgm::gpus(&scrape))),
         }
     };
     let endpoint = first.await.map_err(|why| {
@@ -397,6 +397,13 @@ async fn start_dcgm(transport: &Transport, teller: &Teller, url: String) -> Resu
         ));
         format!("none: dcgm_exporter {url}: {why}")
     })?;
+    let (endpoint, gpus) = endpoint;
+    // The GPUs it describes are facts of the host, as nvidia-smi's would be.
+    let _ = teller.events.send(Event::GpusFound {
+        host: teller.host.clone(),
+        gpus,
+        source: format!("DCGM exporter {url}"),
+    });
     let log = Arc::new(Mutex::new(GpuLog::default()));
     let task = tokio::spawn(dcgm_loop(endpoint, url.clone(), log.clone()));
     Ok(Gpu {

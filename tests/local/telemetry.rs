@@ -131,6 +131,41 @@ fn telemetry_the_demo_shows_energy_per_output_token_for_both_hosts() {
             energy_and_tokens_share_the_benchmarks_window(&run_dir, host, r);
         }
     }
+    // The GPUs the DCGM exporter describes are facts of the host: as many as the profile has.
+    for (host, profile) in [
+        ("blackwell", "blackwell-8x-rtxpro6000-qwen3.5-397b-nvfp4"),
+        ("a6000", "a6000-qwen3.6-27b"),
+    ] {
+        let source = std::fs::read_to_string(repo.join(format!("profiles/{profile}.yaml"))).unwrap();
+        let gpu = source.split("\ngpu:").nth(1).unwrap();
+        let line = |key: &str| {
+            let at = gpu.find(&format!("\n  {key}: ")).unwrap() + key.len() + 5;
+            gpu[at..]
+                .lines()
+                .next()
+                .unwrap()
+                .trim()
+                .trim_matches('"')
+                .to_string()
+        };
+        let facts = &manifest(&run_dir)["hosts"][host]["facts"];
+        let count: usize = line("count").parse().unwrap();
+        assert_eq!(
+            facts["gpus"].as_array().unwrap().len(),
+            count,
+            "{host}: {facts:#}"
+        );
+        assert_eq!(facts["gpus"][0]["name"], line("name"), "{host}: {facts:#}");
+        assert!(facts["gpu_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("DCGM exporter http://"));
+    }
+    let (shown, _) = text(&run_rigrun(dir, &["show", run]));
+    assert!(
+        shown.contains("  GPUs: 8× NVIDIA RTX PRO 6000") && !shown.contains("none found"),
+        "{shown}"
+    );
     // The model's card limits: 8 × 600 W and 1 × 300 W are never exceeded.
     let peak = |host: &str| {
         records(&run_dir)

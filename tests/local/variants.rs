@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::common::{free_port, only_run_dir, processes_with, records, rigrun, text};
+use crate::common::{free_port, manifest, only_run_dir, processes_with, records, rigrun, text};
 use crate::resume_support::{spawn, wait_for_event};
 
 /// Runs rigrun in `dir`; returns the exit code, stdout and stderr.
@@ -315,9 +315,10 @@ fn the_shipped_demo_shows_speculative_decoding_off_and_on_on_both_hosts() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     // The shipped inventory, with ports and workdirs of this test's own.
     let shipped = std::fs::read_to_string(repo.join("playbooks/demo-hosts.yaml")).unwrap();
+    // Every mention of a port: the servers' and their DCGM exporters'.
     let inventory = shipped
-        .replace("port: 31001", &format!("port: {}", free_port()))
-        .replace("port: 31002", &format!("port: {}", free_port()))
+        .replace("31001", &free_port().to_string())
+        .replace("31002", &free_port().to_string())
         .replace("~/.rigrun/demo", &tmp.path().join("w").display().to_string());
     std::fs::write(tmp.path().join("hosts.yaml"), inventory).unwrap();
     let playbook = repo.join("playbooks/demo-variants.yaml");
@@ -338,6 +339,23 @@ fn the_shipped_demo_shows_speculative_decoding_off_and_on_on_both_hosts() {
         "{stdout}"
     );
     let run = only_run_dir(&runs);
+    // Each variant's server states its facts as verify-server would, and the GPUs the DCGM
+    // exporter describes are the host's facts: nothing says "none found" beside their power.
+    let manifest = manifest(&run);
+    for host in ["blackwell", "a6000"] {
+        let startup = &manifest["hosts"][host]["variants"]["spec=off"]["startup"];
+        assert_eq!(startup["server_facts"]["engine"], "sglang", "{startup:#}");
+        assert!(startup["max_model_len"].as_u64().unwrap() > 0, "{startup:#}");
+    }
+    assert!(
+        stdout.contains("  server spec=nextn3: sglang rigrun-sim"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("max model length"),
+        "what differs names it: {stdout}"
+    );
+    assert!(!stdout.contains("none found"), "{stdout}");
     let table = compared(&run, &["--baseline", "spec=off"]);
     let first = table["rows"][0].as_array().unwrap();
     assert_eq!(first[0]["text"], "concurrency=1", "{table}");
