@@ -31,6 +31,12 @@ fn the_throughput_sweep_guards_the_kv_capacity() {
         plan.contains("concurrency=512  $ python3 ~/.rigrun/bench_throughput.py"),
         "{plan}"
     );
+    // Streamed, so every point has TTFT, TPOT and ITL for the latency tables and SLOs.
+    let points: Vec<&str> = plan.lines().filter(|l| l.contains("$ python3")).collect();
+    assert!(
+        !points.is_empty() && points.iter().all(|l| l.contains(" --stream ")),
+        "{plan}"
+    );
 }
 
 #[test]
@@ -105,4 +111,57 @@ fn the_speculative_decoding_playbook_starts_sglang_without_and_with_nextn() {
         plan.contains("host kpro5") && plan.contains("Qwen/Qwen3.6-27B --tp 1"),
         "{plan}"
     );
+    // Speculation is measured on natural text, never on catid's repeated token.
+    let points: Vec<&str> = plan.lines().filter(|l| l.contains("$ rigrun bench")).collect();
+    assert!(!points.is_empty(), "{plan}");
+    for point in points {
+        assert!(
+            point.contains("--api chat --workload ~/.rigrun/prompts/chat-longform.jsonl"),
+            "{point}"
+        );
+    }
+    assert!(
+        plan.contains("upload playbooks/../prompts/chat-longform.jsonl"),
+        "{plan}"
+    );
+}
+
+/// The natural-text prompts the speculative-decoding playbook sends: every line a chat prompt
+/// `rigrun bench` takes, served and counted by the sim.
+#[test]
+fn the_shipped_chat_prompts_are_a_workload_rigrun_bench_runs() {
+    let prompts = repo().join("prompts/chat-longform.jsonl");
+    let lines = std::fs::read_to_string(&prompts).unwrap();
+    for (n, line) in lines.lines().enumerate() {
+        let prompt: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}", n + 1));
+        let text = prompt["messages"][0]["content"].as_str().unwrap();
+        assert!(text.split_whitespace().count() >= 15, "line {}: {text}", n + 1);
+    }
+    let sim = crate::sim_support::Sim::start("tiny", &[]);
+    let path = prompts.to_str().unwrap();
+    let args = [
+        "--api",
+        "chat",
+        "--workload",
+        path,
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "10",
+        "--output-len",
+        "8",
+    ];
+    let run = crate::bench_support::bench(&sim.base, &args);
+    // Every request answered (a busy machine may still find the level invalid: exit 1).
+    let r = &run.records[0];
+    assert!(run.code == 0 || r["valid"] == false, "{}", run.stderr);
+    assert_eq!(
+        (r["completed"].as_u64(), r["failed"].as_u64()),
+        (Some(10), Some(0)),
+        "{r:#}"
+    );
+    assert_eq!(r["workload"], format!("file:{path}"), "{r:#}");
+    // Real prompts of tens of words each, not a handful of tokens.
+    assert!(r["total_input_tokens"].as_u64().unwrap() >= 10 * 20, "{r:#}");
 }
