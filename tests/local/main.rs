@@ -23,6 +23,7 @@ mod report_noise;
 mod report_references;
 mod report_repeat;
 mod report_slo;
+mod report_width;
 mod resume;
 mod shipped_playbooks;
 mod sim_http;
