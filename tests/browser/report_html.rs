@@ -173,3 +173,69 @@ fn a_report_across_runs_marks_changes_beyond_the_tolerance() {
     );
     assert_eq!(dom["runs"], 2);
 }
+
+/// Per table, whether its right edge lies beyond what its container shows without scrolling
+/// (the container's edge, or the page's), unless the container scrolls sideways; tables in a
+/// closed `<details>` are not laid out and not counted.
+const TABLES_FIT: &str = r#"(() => {
+  const page = document.documentElement.clientWidth;
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX)
+    && el.scrollWidth > el.clientWidth;
+  const cut = [];
+  let scrolling = 0, tables = 0;
+  for (const table of document.querySelectorAll('table')) {
+    if (!table.getClientRects().length) continue;
+    tables++;
+    const box = table.parentElement;
+    const edge = Math.min(box.getBoundingClientRect().right, page);
+    const right = table.getBoundingClientRect().right;
+    const name = (table.closest('section')?.id || '') + ': ' + table.querySelector('tr').textContent.slice(0, 60);
+    if (scrolls(box)) {
+      scrolling++;
+      if (box.getBoundingClientRect().right > page + 0.5) cut.push(name + ' (its scrolling box passes the page)');
+    } else if (right > edge + 0.5) {
+      cut.push(`${name}: right edge ${right} beyond ${edge}`);
+    }
+  }
+  return { cut, scrolling, tables, page, pageScrollWidth: document.documentElement.scrollWidth };
+})()"#;
+
+#[test]
+fn a_table_wider_than_the_page_scrolls_in_its_own_box_and_none_is_cut() {
+    let dir = setup(PLAYBOOK);
+    let (first, _) = run(dir.path(), &[]);
+    let (second, out) = run(dir.path(), &["-e", "speed=150"]);
+    assert!(out.status.success(), "{:?}", crate::common::text(&out));
+    let html_path = dir.path().join("across.html");
+    let (first, second) = (first.to_str().unwrap(), second.to_str().unwrap());
+    rigrun_ok(
+        &["report", first, second, "--out", html_path.to_str().unwrap()],
+        0,
+    );
+    // The window of the other tests, and a narrow one in which the across-runs table is wider
+    // than the page.
+    for (width, shot) in [
+        (None, "report-tables-1280.png"),
+        (Some(700), "report-tables-700.png"),
+    ] {
+        let mut browser = Browser::launch();
+        if let Some(width) = width {
+            browser.set_viewport_width(width);
+        }
+        let page = browser.check_page(&html_path, TABLES_FIT, &artifact(shot));
+        assert_eq!(page.errors, Vec::<String>::new());
+        let dom = &page.evaluated;
+        assert!(dom["tables"].as_u64().unwrap() >= 4, "{dom}");
+        assert_eq!(dom["cut"], json!([]), "tables cut at the right edge: {dom}");
+        assert!(
+            dom["pageScrollWidth"].as_f64() <= dom["page"].as_f64(),
+            "the page itself does not scroll sideways: {dom}"
+        );
+        if width.is_some() {
+            assert!(
+                dom["scrolling"].as_u64().unwrap() >= 1,
+                "a wide table scrolls in its box: {dom}"
+            );
+        }
+    }
+}
