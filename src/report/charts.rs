@@ -3,8 +3,11 @@
 //! against total tok/s (the trade-off view), and prefill time (TTFT) against input length for
 //! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid
 //! measurements are drawn; a repeated point is drawn at the mean of its valid repetitions, with an
-//! error bar of its 95% interval on the throughput and TTFT charts. A chart the data cannot
-//! support is left out with a sentence saying why.
+//! error bar of its 95% interval on the throughput and TTFT charts. A point not measured
+//! (skipped, failed, not run, invalid, or without the metric) is marked where it would be.
+//! A series' colour is its host's and its dash pattern its variant's or run's, in every chart of
+//! a report. A chart the step is meant for (a concurrency sweep, a sweep over input lengths)
+//! but the data cannot support is left out with a sentence saying why; other steps get none.
 
 use indexmap::IndexMap;
 use serde_json::Value as Json;
@@ -12,11 +15,13 @@ use serde_json::Value as Json;
 use super::cell::format_number;
 use super::cell::invalid_reason;
 use super::compare::run_label;
-use super::scaling::{concurrency_of, series_name};
+use super::planned::{not_run_reason, Planned};
+use super::scaling::{concurrency_of, series_name, series_of};
 use super::stats::Summary;
-use super::svg::{tooltip, Chart, Limit, Point, Scale, Series};
+use super::svg::{tooltip, Chart, Gap, Limit, Look, Point, Scale, Series, Tag};
 use super::Run;
 use crate::events::{Record, RecordStatus};
+use crate::point::{self, Values};
 
 /// One valid measurement of the step, or the valid repetitions of a repeated point together.
 struct Sample<'a> {
@@ -24,6 +29,8 @@ struct Sample<'a> {
     series: String,
     /// The host (and run) alone, for charts whose x axis is one of the other axes.
     host: String,
+    /// The colour (host) and dash pattern (variant, run) of its series.
+    look: (Tag, Tag),
     concurrency: Option<f64>,
     /// The point's records, one per repetition measured (the last of each).
     records: Vec<&'a Record>,
@@ -55,38 +62,112 @@ impl Sample<'_> {
     }
 }
 
-/// The charts of one step, and a sentence for each chart left out.
+/// A planned or recorded point of a host with no valid measurement, and why.
+struct Unmeasured {
+    series: String,
+    host: String,
+    look: (Tag, Tag),
+    point: Values,
+    /// `skipped`, `failed`, `invalid` or `not run`.
+    status: &'static str,
+    why: String,
+}
+
+impl Unmeasured {
+    fn concurrency(&self) -> Option<f64> {
+        self.point.get("concurrency").and_then(Json::as_f64)
+    }
+
+    fn input_len(&self) -> Option<f64> {
+        self.point.get("input_len").and_then(Json::as_f64)
+    }
+}
+
+/// A step's measurements and the points it did not measure, across runs.
+struct StepData<'a> {
+    samples: Vec<Sample<'a>>,
+    unmeasured: Vec<Unmeasured>,
+    slo: Vec<(&'a str, f64)>,
+}
+
+impl StepData<'_> {
+    /// How many distinct values of an axis the step has, measured or not.
+    fn levels(
+        &self,
+        sample: impl Fn(&Sample) -> Option<f64>,
+        other: impl Fn(&Unmeasured) -> Option<f64>,
+    ) -> usize {
+        let mut values: Vec<f64> = self
+            .samples
+            .iter()
+            .filter_map(sample)
+            .chain(self.unmeasured.iter().filter_map(other))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        values.len()
+    }
+
+    /// The × of the points not measured, at their concurrency.
+    fn gaps_by_concurrency(&self) -> Vec<Gap> {
+        self.gaps(|u| {
+            let c = u.concurrency();
+            let point = c.map_or_else(|| point::label(&u.point), |c| format!("C={}", format_number(c)));
+            (u.series.clone(), c, point)
+        })
+    }
+
+    /// The points not measured, each in the series, at the x (none: in the legend) and named
+    /// as `at` says.
+    fn gaps(&self, at: impl Fn(&Unmeasured) -> (String, Option<f64>, String)) -> Vec<Gap> {
+        self.unmeasured
+            .iter()
+            .map(|u| {
+                let (series, x, point) = at(u);
+                Gap {
+                    series,
+                    look: look(&u.look, ""),
+                    x,
+                    point,
+                    status: u.status.to_string(),
+                    why: format!("{}: {}", u.status, u.why),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The charts of one step, and a sentence for each chart left out that the step was meant for.
 pub fn for_step(runs: &[Run], step_index: usize, step: &str) -> (Vec<Chart>, Vec<String>) {
-    let samples = samples(runs, step_index, step);
-    let mut colors = Colors::default();
-    // Hosts keep the colour of their place in the inventory, whichever finished first.
-    for (host, run) in runs
-        .iter()
-        .flat_map(|r| r.hosts().into_iter().map(move |h| (h, r)))
-    {
-        colors.of(&format!("{host}{}", run_suffix(runs, run)));
+    let looks = Looks::of(runs);
+    let data = StepData {
+        samples: samples(runs, step_index, step, &looks),
+        unmeasured: unmeasured(runs, step_index, step, &looks),
+        slo: slo_limits(runs),
+    };
+    let mut attempts = Vec::new();
+    // A concurrency sweep is meant for the charts against concurrency, a sweep over input
+    // lengths for the prefill chart; a step of one level (a server's startup, a single point)
+    // is not, and gets no sentence about them.
+    let by_concurrency = data.levels(|s| s.concurrency, Unmeasured::concurrency) >= 2;
+    if by_concurrency {
+        attempts.extend([throughput(&data), ttft(&data), tradeoff(&data)]);
+    }
+    if data.levels(|s| s.input_len(), Unmeasured::input_len) >= 2 {
+        attempts.push(prefill(&data));
+    }
+    // Telemetry's charts appear where a run has telemetry; runs without it show as before.
+    for chart in TELEMETRY.into_iter().filter(|_| by_concurrency) {
+        if data.samples.iter().any(|s| s.metric(chart.2).is_some()) {
+            attempts.push(telemetry(&data, chart));
+        }
     }
     let mut charts = Vec::new();
     let mut left_out = Vec::new();
-    let attempts = [
-        throughput(&samples, &mut colors),
-        ttft(&samples, &mut colors, &slo_limits(runs)),
-        tradeoff(&samples, &mut colors),
-        prefill(&samples, &mut colors),
-    ];
     for attempt in attempts {
         match attempt {
             Ok(chart) => charts.push(chart),
             Err(why) => left_out.push(why),
-        }
-    }
-    // Telemetry's charts appear where a run has telemetry; runs without it show as before.
-    for (kind, title, metric, unit) in TELEMETRY {
-        if samples.iter().any(|s| s.metric(metric).is_some()) {
-            match telemetry(&samples, &mut colors, (kind, title, metric, unit)) {
-                Ok(chart) => charts.push(chart),
-                Err(why) => left_out.push(why),
-            }
         }
     }
     (charts, left_out)
@@ -115,21 +196,39 @@ const TELEMETRY: [(&str, &str, &str, &str); 3] = [
 ];
 
 fn telemetry(
-    samples: &[Sample],
-    colors: &mut Colors,
+    data: &StepData,
     (kind, title, metric, unit): (&'static str, &str, &str, &str),
 ) -> Result<Chart, String> {
-    let series = by_concurrency(samples, colors, metric, unit, "");
+    let (series, gaps) = by_concurrency(data, metric, unit, "");
     needs_two_levels(&series, &format!("{kind} chart"))?;
-    Ok(Chart {
+    Ok(chart(
+        kind,
+        title,
+        ("concurrency (log2 scale)", &format!("{metric} ({unit})")),
+        Scale::Log2,
+        (series, gaps),
+    ))
+}
+
+/// A chart of non-negative y (every quantity the report charts) with no limits.
+fn chart(
+    kind: &'static str,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    x_scale: Scale,
+    (series, gaps): (Vec<Series>, Vec<Gap>),
+) -> Chart {
+    Chart {
         kind,
         title: title.into(),
-        x_label: "concurrency (log2 scale)".into(),
-        y_label: format!("{metric} ({unit})"),
-        x_scale: Scale::Log2,
-        series,
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        x_scale,
+        series: with_markers(series),
         limits: Vec::new(),
-    })
+        gaps,
+        y_floor: Some(0.0),
+    }
 }
 
 /// Every limit of the runs' SLOs, once (runs judged by different limits show each).
@@ -143,7 +242,91 @@ fn slo_limits(runs: &[Run]) -> Vec<(&str, f64)> {
     limits
 }
 
-fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>> {
+/// How series are drawn, the same in every chart of a report: a colour per host (in the
+/// inventory's order, across the runs), a dash pattern per server variant or run (or both).
+struct Looks {
+    hosts: Vec<String>,
+    dashes: Vec<String>,
+}
+
+impl Looks {
+    fn of(runs: &[Run]) -> Looks {
+        let mut looks = Looks {
+            hosts: Vec::new(),
+            dashes: Vec::new(),
+        };
+        for run in runs {
+            for column in run.hosts() {
+                let (host, dash) = names(runs, run, &column);
+                for (list, name) in [(&mut looks.hosts, host), (&mut looks.dashes, dash)] {
+                    if !list.contains(&name) {
+                        list.push(name);
+                    }
+                }
+            }
+        }
+        looks
+    }
+
+    /// The colour and dash pattern of a column of `run`.
+    fn of_column(&self, runs: &[Run], run: &Run, column: &str) -> (Tag, Tag) {
+        let (host, dash) = names(runs, run, column);
+        let tag = |list: &[String], name: String| Tag {
+            index: list.iter().position(|n| *n == name).unwrap_or(list.len()),
+            name,
+        };
+        (tag(&self.hosts, host), tag(&self.dashes, dash))
+    }
+}
+
+/// A column's host and what its dash pattern stands for: its variant, ` @<run>` when
+/// several runs are charted, both, or nothing.
+fn names(runs: &[Run], run: &Run, column: &str) -> (String, String) {
+    let host = run
+        .manifest
+        .hosts
+        .keys()
+        .find(|h| {
+            column
+                .strip_prefix(h.as_str())
+                .is_some_and(|v| v.is_empty() || v.starts_with('/'))
+        })
+        .map_or(column, String::as_str);
+    let variant = column[host.len()..].trim_start_matches('/');
+    let dash = format!("{variant}{}", run_suffix(runs, run));
+    (host.to_string(), dash.trim().to_string())
+}
+
+/// A series' look: its colour and dash, and a marker standing for `marker` (numbered later).
+fn look((color, dash): &(Tag, Tag), marker: &str) -> Look {
+    Look {
+        color: color.clone(),
+        dash: dash.clone(),
+        marker: Tag {
+            index: 0,
+            name: marker.to_string(),
+        },
+    }
+}
+
+/// The series with their marker shapes numbered in the order the names first appear.
+fn with_markers(mut series: Vec<Series>) -> Vec<Series> {
+    let mut names: Vec<String> = Vec::new();
+    for s in &mut series {
+        let name = &s.look.marker.name;
+        s.look.marker.index = match names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.clone());
+                names.len() - 1
+            }
+        };
+    }
+    series.sort_by_key(|s| (s.look.color.index, s.look.dash.index, s.look.marker.index));
+    series
+}
+
+fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) -> Vec<Sample<'a>> {
     let mut samples = Vec::new();
     for run in runs {
         let suffix = run_suffix(runs, run);
@@ -156,7 +339,7 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>
         // Per point, per repetition, the last record; a point's repetitions make one sample.
         let mut points: IndexMap<(String, String), IndexMap<u32, &Record>> = IndexMap::new();
         for record in valid {
-            let key = (record.host.clone(), crate::point::label(&record.point));
+            let key = (record.host.clone(), point::label(&record.point));
             points.entry(key).or_default().insert(record.repetition, record);
         }
         samples.extend(points.into_values().map(|reps| {
@@ -164,12 +347,89 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str) -> Vec<Sample<'a>
             Sample {
                 series: format!("{}{suffix}", series_name(records[0])),
                 host: format!("{}{suffix}", records[0].host),
+                look: looks.of_column(runs, run, &records[0].host),
                 concurrency: concurrency_of(records[0]),
                 records,
             }
         }));
     }
     samples
+}
+
+/// Every point of the step (planned, or recorded) that a host of a run has no valid
+/// measurement of, with why: skipped, failed, invalid, or not run.
+fn unmeasured(runs: &[Run], step_index: usize, step: &str, looks: &Looks) -> Vec<Unmeasured> {
+    let mut unmeasured = Vec::new();
+    for run in runs {
+        let suffix = run_suffix(runs, run);
+        let planned = Planned::of(&run.manifest);
+        let records: Vec<&Record> = run
+            .records
+            .iter()
+            .filter(|r| r.step_index == step_index && r.step == step)
+            .collect();
+        let mut points: IndexMap<String, &Values> = planned
+            .points(step_index, step)
+            .map(|p| (point::label(p), p))
+            .collect();
+        for record in &records {
+            points.entry(point::label(&record.point)).or_insert(&record.point);
+        }
+        for column in run.hosts() {
+            for (label, values) in &points {
+                let of_point: Vec<&Record> = records
+                    .iter()
+                    .copied()
+                    .filter(|r| r.host == column && point::label(&r.point) == *label)
+                    .collect();
+                let Some((status, why)) = why_unmeasured(&of_point, || {
+                    planned
+                        .has(step_index, step, label)
+                        .then(|| not_run_reason(&run.manifest, &column))
+                }) else {
+                    continue;
+                };
+                unmeasured.push(Unmeasured {
+                    series: format!("{}{suffix}", series_of(&column, values)),
+                    host: format!("{column}{suffix}"),
+                    look: looks.of_column(runs, run, &column),
+                    point: (*values).clone(),
+                    status,
+                    why,
+                });
+            }
+        }
+    }
+    unmeasured
+}
+
+/// Why a point's records (every repetition) hold no valid measurement: the first skipped,
+/// failed or invalid one's reason, or, with no record, `not_run`'s; none when one is valid.
+fn why_unmeasured(
+    records: &[&Record],
+    not_run: impl FnOnce() -> Option<String>,
+) -> Option<(&'static str, String)> {
+    if records
+        .iter()
+        .any(|r| r.status == RecordStatus::Ok && invalid_reason(r).is_none())
+    {
+        return None;
+    }
+    let reason = |r: &Record| r.reason.clone().unwrap_or_default();
+    let with = |status| records.iter().find(|r| r.status == status);
+    if let Some(r) = with(RecordStatus::Skipped) {
+        return Some(("skipped", reason(r)));
+    }
+    if let Some(r) = with(RecordStatus::Failed) {
+        return Some(("failed", reason(r)));
+    }
+    if let Some(why) = records.iter().find_map(|r| invalid_reason(r)) {
+        return Some(("invalid", why));
+    }
+    match records.is_empty() {
+        true => not_run().map(|why| ("not run", why)),
+        false => None,
+    }
 }
 
 /// What tells the runs apart in series names: nothing for one run, ` @<time>` for several.
@@ -180,49 +440,64 @@ fn run_suffix(runs: &[Run], run: &Run) -> String {
     }
 }
 
-/// One colour per series name, shared by all charts of a step.
-#[derive(Default)]
-struct Colors(Vec<String>);
-
-impl Colors {
-    fn of(&mut self, name: &str) -> usize {
-        match self.0.iter().position(|n| n == name) {
-            Some(i) => i,
-            None => {
-                self.0.push(name.to_string());
-                self.0.len() - 1
-            }
-        }
-    }
-}
-
 /// Points of `y` against `x` per series; a later sample at the same x replaces an earlier one.
-/// `name` gives a sample's series name and the name its colour goes by.
-fn lines(
-    samples: &[Sample],
-    colors: &mut Colors,
+/// `name` gives a sample's series name and what its marker stands for. Also the samples that
+/// gave no point, with their series name.
+fn lines<'s>(
+    samples: &'s [Sample],
     name: impl Fn(&Sample) -> (String, String),
     xy: impl Fn(&Sample) -> Option<Point>,
-) -> Vec<Series> {
-    let mut by_name: IndexMap<String, (usize, IndexMap<String, Point>)> = IndexMap::new();
+) -> (Vec<Series>, Vec<(&'s Sample<'s>, String)>) {
+    let mut by_name: IndexMap<String, (Look, IndexMap<String, Point>)> = IndexMap::new();
+    let mut without = Vec::new();
     for sample in samples {
-        let Some(point) = xy(sample) else { continue };
-        let (series, color_key) = name(sample);
-        let color = colors.of(&color_key);
-        let entry = by_name.entry(series).or_insert_with(|| (color, IndexMap::new()));
+        let (series, marker) = name(sample);
+        let Some(point) = xy(sample) else {
+            without.push((sample, series));
+            continue;
+        };
+        let entry = by_name
+            .entry(series)
+            .or_insert_with(|| (look(&sample.look, &marker), IndexMap::new()));
         entry.1.insert(point.x.to_string(), point);
     }
-    let mut series: Vec<Series> = by_name
+    let series = by_name
         .into_iter()
-        .map(|(name, (color, points))| Series {
+        .map(|(name, (look, points))| Series {
             name,
-            color,
-            dashed: false,
+            look,
             points: points.into_values().collect(),
         })
         .collect();
-    series.sort_by_key(|s| s.color);
-    series
+    (series, without)
+}
+
+/// The × of samples measured without `metric`, at the x `at` gives them when their series has
+/// points on the chart; once in the legend for a series that has none.
+fn without_metric(
+    series: &[Series],
+    without: &[(&Sample, String)],
+    metric: &str,
+    at: impl Fn(&Sample) -> Option<(f64, String)>,
+) -> Vec<Gap> {
+    let mut gaps: Vec<Gap> = Vec::new();
+    for (sample, name) in without {
+        let drawn = series.iter().any(|s| s.name == *name);
+        let (x, point) = match at(sample).filter(|_| drawn) {
+            Some((x, point)) => (Some(x), point),
+            None if gaps.iter().any(|g| g.series == *name && g.x.is_none()) => continue,
+            None => (None, String::new()),
+        };
+        gaps.push(Gap {
+            series: name.clone(),
+            look: look(&sample.look, ""),
+            x,
+            point,
+            status: format!("no {metric}"),
+            why: format!("its record has no {metric}"),
+        });
+    }
+    gaps
 }
 
 /// A point, when both coordinates are numbers.
@@ -236,18 +511,17 @@ fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<Point
     })
 }
 
-/// Concurrency on x, `metric` on y, per series; a repeated point's error bar is its 95% interval.
-fn by_concurrency(
-    samples: &[Sample],
-    colors: &mut Colors,
-    metric: &str,
-    unit: &str,
-    suffix: &str,
-) -> Vec<Series> {
-    lines(
-        samples,
-        colors,
-        |s| (format!("{}{suffix}", s.series), s.series.clone()),
+/// Concurrency on x, `metric` on y, per series (`marker` tells them apart on a chart of several
+/// metrics); a repeated point's error bar is its 95% interval. Also the × of the points not
+/// measured, and of those measured without the metric.
+fn by_concurrency(data: &StepData, metric: &str, unit: &str, marker: &str) -> (Vec<Series>, Vec<Gap>) {
+    let suffix = match marker {
+        "" => String::new(),
+        m => format!(" {m}"),
+    };
+    let (series, without) = lines(
+        &data.samples,
+        |s| (format!("{}{suffix}", s.series), marker.to_string()),
         |s| {
             let c = s.concurrency?;
             let y = s.summary(metric)?;
@@ -263,7 +537,11 @@ fn by_concurrency(
             p.error = y.ci95;
             Some(p)
         },
-    )
+    );
+    let at = |s: &Sample| s.concurrency.map(|c| (c, format!("C={}", format_number(c))));
+    let mut gaps = data.gaps_by_concurrency();
+    gaps.extend(without_metric(&series, &without, metric, at));
+    (series, gaps)
 }
 
 fn needs_two_levels(series: &[Series], what: &str) -> Result<(), String> {
@@ -275,54 +553,53 @@ fn needs_two_levels(series: &[Series], what: &str) -> Result<(), String> {
     }
 }
 
-fn throughput(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
-    let series = by_concurrency(samples, colors, "output_throughput", "output tok/s", "");
-    needs_two_levels(&series, "throughput chart")?;
-    Ok(Chart {
-        kind: "throughput",
-        title: "Output throughput by concurrency".into(),
-        x_label: "concurrency (log2 scale)".into(),
-        y_label: "output tok/s".into(),
-        x_scale: Scale::Log2,
-        series,
-        limits: Vec::new(),
-    })
+fn throughput(data: &StepData) -> Result<Chart, String> {
+    let lines = by_concurrency(data, "output_throughput", "output tok/s", "");
+    needs_two_levels(&lines.0, "throughput chart")?;
+    Ok(chart(
+        "throughput",
+        "Output throughput by concurrency",
+        ("concurrency (log2 scale)", "output tok/s"),
+        Scale::Log2,
+        lines,
+    ))
 }
 
-/// The TTFT chart, with a line at each SLO limit on the TTFT it draws (p50 or p99).
-fn ttft(samples: &[Sample], colors: &mut Colors, slo: &[(&str, f64)]) -> Result<Chart, String> {
-    let mut series = by_concurrency(samples, colors, "median_ttft_ms", "ms TTFT p50", " p50");
-    let mut p99 = by_concurrency(samples, colors, "p99_ttft_ms", "ms TTFT p99", " p99");
-    for s in &mut p99 {
-        s.dashed = true;
-    }
+/// The TTFT chart, p50 and p99 told apart by their markers, with a line at each SLO limit on
+/// the TTFT it draws (p50 or p99).
+fn ttft(data: &StepData) -> Result<Chart, String> {
+    let (mut series, mut gaps) = by_concurrency(data, "median_ttft_ms", "ms TTFT p50", "p50");
+    let (mut p99, p99_gaps) = by_concurrency(data, "p99_ttft_ms", "ms TTFT p99", "p99");
     series.append(&mut p99);
-    series.sort_by_key(|s| s.color);
+    // The points not measured are marked once, by the p50's.
+    gaps.extend(p99_gaps.into_iter().filter(|g| g.status.starts_with("no ")));
     if series.is_empty() {
         return Err("TTFT chart: the records have no median_ttft_ms or p99_ttft_ms (bench_throughput.py reports them with --stream)".into());
     }
     needs_two_levels(&series, "TTFT chart")?;
-    Ok(Chart {
-        kind: "ttft",
-        title: "Time to first token by concurrency (solid p50, dashed p99)".into(),
-        x_label: "concurrency (log2 scale)".into(),
-        y_label: "TTFT (ms)".into(),
-        x_scale: Scale::Log2,
-        series,
-        limits: slo
-            .iter()
-            .filter(|(metric, _)| ["median_ttft_ms", "p99_ttft_ms"].contains(metric))
-            .map(|&(metric, y)| Limit {
-                y,
-                label: format!("SLO {metric} ≤ {}", format_number(y)),
-            })
-            .collect(),
-    })
+    let mut chart = chart(
+        "ttft",
+        "Time to first token by concurrency (p50 and p99)",
+        ("concurrency (log2 scale)", "TTFT (ms)"),
+        Scale::Log2,
+        (series, gaps),
+    );
+    chart.limits = data
+        .slo
+        .iter()
+        .filter(|(metric, _)| ["median_ttft_ms", "p99_ttft_ms"].contains(metric))
+        .map(|&(metric, y)| Limit {
+            y,
+            label: format!("SLO {metric} ≤ {}", format_number(y)),
+        })
+        .collect();
+    Ok(chart)
 }
 
 /// Per-request decode speed: 1000 / median TPOT when every sample has it, else output
 /// throughput shared among the concurrent requests.
-fn tradeoff(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
+fn tradeoff(data: &StepData) -> Result<Chart, String> {
+    let samples = &data.samples;
     let measured: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.metric("output_throughput").is_some() && s.concurrency.is_some())
@@ -331,10 +608,9 @@ fn tradeoff(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
         && measured
             .iter()
             .all(|s| s.metric("median_tpot_ms").is_some_and(|t| t > 0.0));
-    let series = lines(
+    let (series, without) = lines(
         samples,
-        colors,
-        |s| (s.series.clone(), s.series.clone()),
+        |s| (s.series.clone(), String::new()),
         |s| {
             let total = s.metric("output_throughput")?;
             let c = s.concurrency?;
@@ -347,40 +623,42 @@ fn tradeoff(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
         },
     );
     needs_two_levels(&series, "trade-off chart")?;
-    Ok(Chart {
-        kind: "tradeoff",
-        title: "Per-request speed against total throughput (the trade-off)".into(),
-        x_label: "total output tok/s".into(),
-        y_label: match by_tpot {
-            true => "tok/s per request (1000 / median TPOT)".into(),
-            false => "tok/s per request (total ÷ concurrency)".into(),
-        },
-        x_scale: Scale::Linear,
-        series,
-        limits: Vec::new(),
-    })
+    // Its x is a measurement: what was not measured has no place on it, only in the legend.
+    let mut gaps = data.gaps_by_concurrency();
+    for gap in &mut gaps {
+        gap.x = None;
+    }
+    let metric = match by_tpot {
+        true => "median_tpot_ms",
+        false => "output_throughput",
+    };
+    gaps.extend(without_metric(&series, &without, metric, |_| None));
+    let y_label = match by_tpot {
+        true => "tok/s per request (1000 / median TPOT)",
+        false => "tok/s per request (total ÷ concurrency)",
+    };
+    Ok(chart(
+        "tradeoff",
+        "Per-request speed against total throughput (the trade-off)",
+        ("total output tok/s", y_label),
+        Scale::Linear,
+        (series, gaps),
+    ))
 }
 
-/// TTFT against input length, per host (and concurrency, when it varies).
-fn prefill(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
-    let mut lengths: Vec<f64> = samples.iter().filter_map(Sample::input_len).collect();
-    lengths.sort_by(f64::total_cmp);
-    lengths.dedup();
-    if lengths.len() < 2 {
-        return Err(
-            "prefill chart: the step has one input length only (long-context sweeps vary input_len)".into(),
-        );
-    }
-    let mut levels: Vec<f64> = samples.iter().filter_map(|s| s.concurrency).collect();
-    levels.sort_by(f64::total_cmp);
-    levels.dedup();
-    let per_level = levels.len() > 1;
-    let series = lines(
+/// TTFT against input length, per host (and concurrency, told apart by markers, when it
+/// varies).
+fn prefill(data: &StepData) -> Result<Chart, String> {
+    let samples = &data.samples;
+    let per_level = data.levels(|s| s.concurrency, Unmeasured::concurrency) > 1;
+    let (series, without) = lines(
         samples,
-        colors,
         |s| match (per_level, s.concurrency) {
-            (true, Some(c)) => (format!("{} C={c}", s.host), s.host.clone()),
-            _ => (s.host.clone(), s.host.clone()),
+            (true, Some(c)) => {
+                let level = format!("C={}", format_number(c));
+                (format!("{} {level}", s.host), level)
+            }
+            _ => (s.host.clone(), String::new()),
         },
         |s| {
             let len = s.input_len()?;
@@ -394,13 +672,152 @@ fn prefill(samples: &[Sample], colors: &mut Colors) -> Result<Chart, String> {
                 .into(),
         );
     }
-    Ok(Chart {
-        kind: "prefill",
-        title: "Prefill time (median TTFT) by input length".into(),
-        x_label: "input tokens".into(),
-        y_label: "TTFT (ms)".into(),
-        x_scale: Scale::Linear,
-        series,
-        limits: Vec::new(),
-    })
+    let named = |len: f64| format!("input_len={}", format_number(len));
+    let mut gaps = data.gaps(|u| {
+        let series = match (per_level, u.concurrency()) {
+            (true, Some(c)) => format!("{} C={}", u.host, format_number(c)),
+            _ => u.host.clone(),
+        };
+        let len = u.input_len();
+        (series, len, len.map_or_else(|| point::label(&u.point), named))
+    });
+    let at = |s: &Sample| s.input_len().map(|len| (len, named(len)));
+    gaps.extend(without_metric(&series, &without, "median_ttft_ms", at));
+    Ok(chart(
+        "prefill",
+        "Prefill time (median TTFT) by input length",
+        ("input tokens", "TTFT (ms)"),
+        Scale::Linear,
+        (series, gaps),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A demo run kept as a fixture: a6000 skips C=256 (its KV cache cannot hold it).
+    fn fixture(name: &str) -> Run {
+        let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs");
+        Run::open(&runs.join(name)).unwrap()
+    }
+
+    const FIRST: &str = "20261201T102538Z-demo";
+    const SECOND: &str = "20261201T102606Z-demo";
+
+    #[test]
+    fn a_skipped_point_is_marked_where_its_series_would_be() {
+        let runs = [fixture(FIRST)];
+        let (charts, left_out) = for_step(&runs, 3, "run-sweep");
+        assert_eq!(
+            left_out,
+            Vec::<String>::new(),
+            "one input length: no prefill sentence"
+        );
+        let kinds: Vec<&str> = charts.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, ["throughput", "ttft", "tradeoff"]);
+        for chart in &charts {
+            let gaps: Vec<(&str, &str, &str)> = chart
+                .gaps
+                .iter()
+                .map(|g| (g.series.as_str(), g.point.as_str(), g.status.as_str()))
+                .collect();
+            assert_eq!(gaps, [("a6000", "C=256", "skipped")], "{}", chart.kind);
+            let gap = &chart.gaps[0];
+            assert!(
+                gap.why
+                    .starts_with("skipped: concurrency * (input_len + output_len)"),
+                "{}",
+                gap.why
+            );
+            // Against concurrency at 256; the trade-off's x is a measurement: the legend says it.
+            let x = match chart.kind {
+                "tradeoff" => None,
+                _ => Some(256.0),
+            };
+            assert_eq!(gap.x, x, "{}", chart.kind);
+            assert!(chart.y_floor == Some(0.0), "{}", chart.kind);
+        }
+    }
+
+    #[test]
+    fn colours_follow_the_hosts_and_dash_patterns_the_runs_in_every_chart() {
+        let runs = [fixture(FIRST), fixture(SECOND)];
+        let (charts, _) = for_step(&runs, 3, "run-sweep");
+        assert_eq!(charts.len(), 3);
+        for chart in &charts {
+            assert_eq!(chart.series.len(), if chart.kind == "ttft" { 8 } else { 4 });
+            for series in &chart.series {
+                let host = series.name.split(' ').next().unwrap();
+                let color = ["blackwell", "a6000"].iter().position(|h| *h == host).unwrap();
+                let dash = match series.name.contains("@20261201T102538Z") {
+                    true => (0, "@20261201T102538Z"),
+                    false => (1, "@20261201T102606Z"),
+                };
+                let look = &series.look;
+                assert_eq!(
+                    (look.color.index, look.color.name.as_str()),
+                    (color, host),
+                    "{}",
+                    series.name
+                );
+                assert_eq!(
+                    (look.dash.index, look.dash.name.as_str()),
+                    dash,
+                    "{}",
+                    series.name
+                );
+            }
+        }
+        let ttft = &charts[1];
+        let markers: Vec<(usize, &str)> = ttft
+            .series
+            .iter()
+            .map(|s| (s.look.marker.index, s.look.marker.name.as_str()))
+            .collect();
+        assert_eq!(markers[..2], [(0, "p50"), (1, "p99")], "{markers:?}");
+        // Skipped in both runs: marked once per run.
+        let gaps: Vec<&str> = charts[0].gaps.iter().map(|g| g.series.as_str()).collect();
+        assert_eq!(gaps, ["a6000 @20261201T102538Z", "a6000 @20261201T102606Z"]);
+    }
+
+    #[test]
+    fn a_step_not_meant_for_a_chart_gets_no_sentence_about_charts() {
+        // A server variant's startup: a record per column, no axis, as `server:` writes them.
+        let mut run = fixture(FIRST);
+        run.records = ["blackwell", "a6000"]
+            .map(|host| Record {
+                step: "server startup".into(),
+                step_index: 2,
+                ..crate::testutil::record(host, &[], json!({"ready_seconds": 0.25}), RecordStatus::Ok)
+            })
+            .into();
+        let (charts, left_out) = for_step(&[run], 2, "server startup");
+        assert!(charts.is_empty());
+        assert_eq!(left_out, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_sweep_with_one_level_measured_says_why_it_has_no_chart() {
+        let mut run = fixture(FIRST);
+        for record in run.records.iter_mut() {
+            if record.step_index == 3 && record.point["concurrency"] != json!(1) {
+                record.status = RecordStatus::Failed;
+                record.reason = Some("exit code 1".into());
+            }
+        }
+        let (charts, left_out) = for_step(&[run], 3, "run-sweep");
+        assert!(charts.is_empty());
+        assert!(
+            left_out.contains(
+                &"throughput chart: no host has two concurrency levels measured, so there is no line to draw"
+                    .to_string()
+            ),
+            "{left_out:?}"
+        );
+    }
 }

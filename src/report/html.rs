@@ -30,18 +30,20 @@ body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, 
 h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 20px; margin: 36px 0 8px; border-bottom: 1px solid var(--line); }
 h3 { font-size: 16px; margin: 20px 0 6px; }
 .muted, .note { color: var(--muted); } .note { font-size: 13px; margin: 2px 0; }
-.hosts { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 12px; }
+.hosts { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(340px, 100%), 1fr)); gap: 12px; }
 .host { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
 .host h4 { margin: 0 0 4px; font-size: 15px; } .host dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; margin: 6px 0; }
-.host dt { color: var(--muted); } .host dd { margin: 0; }
+.host dt { color: var(--muted); } .host dd { margin: 0; overflow-wrap: anywhere; }
 pre { font-size: 12px; overflow-x: auto; background: #f6f8fa; padding: 8px; border-radius: 6px; }
+/* A table wider than the page scrolls sideways in its own box rather than past the page's edge. */
+.table-box { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: 6px 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid var(--line); padding: 3px 9px; } th { background: #f6f8fa; }
 td.num { text-align: right; } td.skipped, td.missing, td.unknown { color: var(--muted); }
 td.failed, td.invalid, td.missed, td.regression { color: var(--bad); font-weight: 600; }
 p.unfinished { color: var(--bad); font-weight: 600; }
 td.improvement, td.met { color: var(--good); }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 16px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap: 16px; }
 svg.chart { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 8px; background: #fff; }
 svg .title { font-size: 15px; font-weight: 600; fill: #1b1f24; }
 svg .tick, svg .legend, svg .point { font-size: 11px; fill: #3d434c; } svg .label { font-size: 12px; fill: #3d434c; }
@@ -333,8 +335,8 @@ mod tests {
         assert!(
             html.contains(concat!(
                 r#"<section id="what-differs"><h2>What differs</h2><h3>hosts of run &lt;r&gt;</h3>"#,
-                r#"<table><thead><tr><th>fact</th><th>a</th><th>b</th></tr></thead><tbody>"#,
-                r#"<tr><th>GPU</th><td>&lt;A6000&gt;</td><td>—</td></tr></tbody></table>"#,
+                r#"<div class="table-box"><table><thead><tr><th>fact</th><th>a</th><th>b</th></tr></thead><tbody>"#,
+                r#"<tr><th>GPU</th><td>&lt;A6000&gt;</td><td>—</td></tr></tbody></table></div>"#,
                 r#"<p class="note">no fact the same</p></section>"#,
             )),
             "{html}"

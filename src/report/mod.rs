@@ -18,6 +18,7 @@ mod json;
 mod markdown;
 mod metric_names;
 mod model;
+mod placement;
 mod planned;
 pub mod references;
 pub mod scaling;
@@ -47,6 +48,8 @@ pub const DEFAULT_METRIC: &str = "output_throughput";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// Tables as wide as the terminal (COLUMNS when set); a wider one is split into tables of
+    /// columns. Piped without COLUMNS: as wide as they are.
     Table,
     Markdown,
     Csv,

@@ -2,7 +2,7 @@
 //! point that never ran (its host failed earlier, the run was interrupted) is shown as
 //! `not run` with the reason rather than left out.
 
-use indexmap::{IndexMap, IndexSet};
+use indexmap::IndexMap;
 
 use super::steps::StepRecords;
 use crate::config::{Playbook, Step};
@@ -10,9 +10,9 @@ use crate::events::Status;
 use crate::point;
 use crate::store::Manifest;
 
-/// A run's sweeps as planned: (step index, step name) → the points' labels, in order.
+/// A run's sweeps as planned: (step index, step name) → the points by label, in order.
 pub struct Planned {
-    sweeps: IndexMap<(usize, String), IndexSet<String>>,
+    sweeps: IndexMap<(usize, String), IndexMap<String, point::Values>>,
 }
 
 impl Planned {
@@ -26,8 +26,11 @@ impl Planned {
             .enumerate()
             .filter_map(|(i, step)| match step {
                 Step::RunSweep(sweep) => {
-                    let labels = point::cartesian(&sweep.matrix).iter().map(point::label).collect();
-                    Some(((i, step.display_name()), labels))
+                    let points = point::cartesian(&sweep.matrix)
+                        .into_iter()
+                        .map(|p| (point::label(&p), p))
+                        .collect();
+                    Some(((i, step.display_name()), points))
                 }
                 _ => None,
             })
@@ -39,13 +42,21 @@ impl Planned {
     pub fn has(&self, index: usize, name: &str, label: &str) -> bool {
         self.sweeps
             .get(&(index, name.to_string()))
-            .is_some_and(|labels| labels.contains(label))
+            .is_some_and(|points| points.contains_key(label))
+    }
+
+    /// The points step `index` planned, in order (none for a step that is not a sweep).
+    pub fn points(&self, index: usize, name: &str) -> impl Iterator<Item = &point::Values> {
+        self.sweeps
+            .get(&(index, name.to_string()))
+            .into_iter()
+            .flat_map(|points| points.values())
     }
 
     /// Adds to `steps` the planned points (and whole sweeps) no record names, as rows without
     /// records, after those that have some; sweeps in step order.
     pub fn add_rows<'a>(&self, steps: &mut Vec<StepRecords<'a>>) {
-        for ((index, name), labels) in &self.sweeps {
+        for ((index, name), points) in &self.sweeps {
             let at = steps
                 .iter()
                 .position(|s| s.step_index == *index && s.step == *name);
@@ -64,7 +75,7 @@ impl Planned {
                 );
                 before
             });
-            for label in labels {
+            for label in points.keys() {
                 steps[at].rows.entry(label.clone()).or_default();
             }
         }

@@ -199,17 +199,25 @@ pub fn concurrency_of(record: &Record) -> Option<f64> {
 /// The series of a record: its host, plus the other axes of its point (a long-context sweep
 /// over input lengths has one series per input length). Fetched files are not an axis.
 pub fn series_name(record: &Record) -> String {
-    match other_axes(record) {
-        axes if axes.is_empty() => record.host.clone(),
-        axes => format!("{} ({axes})", record.host),
+    series_of(&record.host, &record.point)
+}
+
+/// The series of a point of `column` (a host, or `host/variant`): see [`series_name`].
+pub fn series_of(column: &str, point: &IndexMap<String, Json>) -> String {
+    match axes_other_than_concurrency(point) {
+        axes if axes.is_empty() => column.to_string(),
+        axes => format!("{column} ({axes})"),
     }
 }
 
 /// The axes of a record's point other than concurrency (and fetched files), as a label; empty
 /// when there are none. Series of different hosts with the same axes are compared.
 pub fn other_axes(record: &Record) -> String {
-    let others: IndexMap<String, Json> = record
-        .point
+    axes_other_than_concurrency(&record.point)
+}
+
+fn axes_other_than_concurrency(point: &IndexMap<String, Json>) -> String {
+    let others: IndexMap<String, Json> = point
         .iter()
         .filter(|(k, _)| *k != "concurrency" && *k != "file")
         .map(|(k, v)| (k.clone(), v.clone()))

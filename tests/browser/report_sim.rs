@@ -115,7 +115,7 @@ fn compare_and_report_a_run_on_simulated_gpu_servers() {
     let shot = artifact("report-sim.png");
     let page = browser.check_page(
         &html,
-        "[...document.querySelectorAll('svg.chart')].map(s => s.dataset.chart + ':' + s.querySelectorAll('circle').length)",
+        "[...document.querySelectorAll('svg.chart')].map(s => s.dataset.chart + ':' + s.querySelectorAll('.marker').length)",
         &shot,
     );
     assert_eq!(page.errors, Vec::<String>::new(), "the page logged errors");
@@ -126,5 +126,6 @@ fn compare_and_report_a_run_on_simulated_gpu_servers() {
             "expected {kind} (chart:markers) in {charts:?}"
         );
     }
+    crate::report_html::assert_no_overlap(&mut browser, &html, "report-sim-overlaps.png");
     eprintln!("screenshot: {}", shot.display());
 }

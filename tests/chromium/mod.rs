@@ -56,6 +56,8 @@ pub struct Browser {
     from_browser: Receiver<Value>,
     next_id: u64,
     session: Option<String>,
+    /// The width of the pages' viewport in CSS pixels, when not the window's (1280).
+    viewport_width: Option<u32>,
     /// Events that arrived while waiting for answers.
     events: Vec<Value>,
     _profile: tempfile::TempDir,
@@ -134,9 +136,15 @@ impl Browser {
             from_browser: rx,
             next_id: 0,
             session: None,
+            viewport_width: None,
             events: Vec::new(),
             _profile: profile,
         }
+    }
+
+    /// Pages opened from now on are laid out `width` CSS pixels wide (a narrow window).
+    pub fn set_viewport_width(&mut self, width: u32) {
+        self.viewport_width = Some(width);
     }
 
     /// Sends one command (to the attached page, once there is one) and waits for its answer.
@@ -205,6 +213,12 @@ impl Browser {
         self.session = attached["sessionId"].as_str().map(str::to_string);
         for domain in ["Page.enable", "Runtime.enable", "Log.enable"] {
             self.call(domain, json!({}));
+        }
+        if let Some(width) = self.viewport_width {
+            self.call(
+                "Emulation.setDeviceMetricsOverride",
+                json!({ "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": false }),
+            );
         }
         self.events.clear();
         let url = format!("file://{}", file.canonicalize().unwrap().display());

@@ -24,6 +24,7 @@ mod report_noise;
 mod report_references;
 mod report_repeat;
 mod report_slo;
+mod report_width;
 mod report_workload;
 mod resume;
 mod shipped_playbooks;

@@ -23,7 +23,9 @@ hosts:
 "#;
 
 /// A concurrency sweep (throughput ∝ C^0.7, TTFT and TPOT growing with C) with references for
-/// `fast`, and a long-context sweep over input lengths.
+/// `fast`, and a long-context sweep over input lengths. The records carry their workload's
+/// parameters (`output_len`, `input_len`), as real benchmarks' do: runs with another `speed`
+/// measured the same workload, so their changes are judged.
 pub const PLAYBOOK: &str = r#"
 name: report-sweep
 steps:
@@ -32,7 +34,7 @@ steps:
       matrix: {concurrency: [1, 4, 16, 64]}
       skip_if: concurrency > cap
       command: >-
-        echo '{"output_throughput": {{ speed * concurrency ** 0.7 }}, "median_ttft_ms": {{ 20 + concurrency }},
+        echo '{"output_len": 64, "output_throughput": {{ speed * concurrency ** 0.7 }}, "median_ttft_ms": {{ 20 + concurrency }},
         "p99_ttft_ms": {{ 40 + 2 * concurrency }}, "median_tpot_ms": {{ 10 + concurrency / 4 }}
         {%- if concurrency == 4 and host == "slow" %}, "valid": false, "problems": ["2 of 12 requests failed"]{% endif %}}'
       references:
