@@ -38,15 +38,8 @@ fn request(builder: reqwest::RequestBuilder, api_key: Option<&str>) -> reqwest::
 
 /// One `GET /v1/models`, with a message that says what went wrong in the user's terms.
 pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Result<ServerInfo> {
-    let url = models_url(&endpoint.base_url);
-    let reply = endpoint
-        .client
-        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(10)))
-        .await
-        .result
-        .map_err(|e| anyhow::anyhow!("GET {url}: {}", explain(&e)))?;
-    let status = reply.status();
-    let body = reply.text().await.unwrap_or_default();
+    let (url, reply) = models_reply(endpoint, api_key).await;
+    let (status, body) = reply.map_err(|why| anyhow::anyhow!("GET {url}: {why}"))?;
     if !status.is_success() {
         bail!("GET {url}: HTTP {status}: {}", excerpt(body.as_bytes()));
     }
@@ -57,15 +50,8 @@ pub async fn get_models(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Resul
 /// cannot be the one measured; None when nothing answers. Any reply counts (a server that wants
 /// a key answers 401): whatever holds the port would be measured in the launched one's place.
 pub async fn already_answering(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Option<String> {
-    let url = models_url(&endpoint.base_url);
-    let reply = endpoint
-        .client
-        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(10)))
-        .await
-        .result
-        .ok()?;
-    let status = reply.status();
-    let body = reply.text().await.unwrap_or_default();
+    let (url, reply) = models_reply(endpoint, api_key).await;
+    let (status, body) = reply.ok()?;
     let what = match parse_models(&body) {
         Ok(info) if status.is_success() => format!("serving {}", info.models.join(", ")),
         _ => format!("GET {url}: HTTP {status}"),
@@ -75,6 +61,24 @@ pub async fn already_answering(endpoint: &HttpEndpoint, api_key: Option<&str>) -
          (the host's own server, or one left from an earlier run?), or give this one another port",
         endpoint.base_url
     ))
+}
+
+/// The URL of `/v1/models`, and its reply (status and body) or why none came.
+async fn models_reply(
+    endpoint: &HttpEndpoint,
+    api_key: Option<&str>,
+) -> (String, Result<(reqwest::StatusCode, String), String>) {
+    let url = models_url(&endpoint.base_url);
+    let sent = endpoint
+        .client
+        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(10)))
+        .await
+        .result;
+    let reply = match sent {
+        Ok(reply) => Ok((reply.status(), reply.text().await.unwrap_or_default())),
+        Err(e) => Err(explain(&e)),
+    };
+    (url, reply)
 }
 
 pub fn parse_models(body: &str) -> Result<ServerInfo> {

@@ -608,3 +608,13 @@ pub fn run_rigrun_peak_rss(dir: &Path, args: &[&str]) -> (Output, u64) {
     };
     (output, usage.ru_maxrss as u64)
 }
+
+/// Writes `dir/hosts.yaml` with one local host `h` working in `dir/w`: `extra` inventory keys
+/// (indented lines, each ending in a newline) and its `vars` (a YAML flow mapping's inside).
+pub fn one_local_host(dir: &Path, extra: &str, vars: &str) {
+    let inventory = format!(
+        "hosts:\n  h:\n    connection: local\n    workdir: {}\n{extra}    vars: {{{vars}}}\n",
+        dir.join("w").display()
+    );
+    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+}

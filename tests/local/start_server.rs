@@ -10,11 +10,7 @@ async fn start_server_refuses_a_url_another_server_already_answers_at() {
     let dir = tmp.path();
     let other = Sim::start("tiny", &[]);
     let port = other.base.rsplit(':').next().unwrap().trim_end_matches('/');
-    let inventory = format!(
-        "hosts:\n  h:\n    connection: local\n    workdir: {}\n    vars: {{port: {port}}}\n",
-        dir.join("w").display()
-    );
-    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    one_local_host(dir, "", &format!("port: {port}"));
     // The same profile, so the same model name: verify-server alone could not tell them apart.
     let playbook = r#"
 name: port-taken

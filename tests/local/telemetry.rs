@@ -256,12 +256,8 @@ fn telemetry_a_server_without_metrics_is_said_once_and_the_sweep_goes_on() {
     )
     .unwrap();
     let port = free_port();
-    let inventory = format!(
-        "hosts:\n  h:\n    connection: local\n    workdir: {}\n    vars: {{port: {port}, site: {}}}\n",
-        dir.join("w").display(),
-        dir.join("site").display()
-    );
-    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    let site = dir.join("site");
+    one_local_host(dir, "", &format!("port: {port}, site: {}", site.display()));
     let playbook = r#"
 name: no-metrics
 steps:
@@ -308,12 +304,8 @@ fn telemetry_without_the_benchmarks_window_energy_per_token_is_unknown_and_said(
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let port = free_port();
-    let inventory = format!(
-        "hosts:\n  h:\n    connection: local\n    workdir: {}\n    \
-         dcgm_exporter: http://127.0.0.1:{port}/dcgm-exporter/metrics\n    vars: {{port: {port}}}\n",
-        dir.join("w").display()
-    );
-    std::fs::write(dir.join("hosts.yaml"), inventory).unwrap();
+    let exporter = format!("    dcgm_exporter: http://127.0.0.1:{port}/dcgm-exporter/metrics\n");
+    one_local_host(dir, &exporter, &format!("port: {port}"));
     // The command's second is its whole work: a point long enough for the 333 ms sampler.
     let playbook = r#"
 name: no-window
