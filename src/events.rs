@@ -80,12 +80,17 @@ pub fn first_attempt() -> u32 {
     1
 }
 
+/// How a point's attempt ended, as its records and `point_finished` say.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordStatus {
     Ok,
+    /// The command ran and failed (an exit code, a timeout), or could not run on the host.
     Failed,
     Skipped,
+    /// Cut short by something other than the command: the host or its connection went away, or
+    /// the run was interrupted. Runs written before this status recorded such points `failed`.
+    Lost,
 }
 
 /// How a step, a host or the run ended.

@@ -106,11 +106,12 @@ impl Progress {
                     RecordStatus::Ok => format!("ok in {seconds:.1}s"),
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
                     RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
+                    RecordStatus::Lost => format!("lost: {}", reason.as_deref().unwrap_or("")),
                 };
-                self.line(format!("[{host}] {step} {point}{}: {how}", attempt_note(*attempt)));
-            }
-            Event::RunResumed { session, .. } => {
-                self.line(format!("resuming the run (attempt {session})"));
+                self.line(format!(
+                    "[{host}] {step} {point}{}: {how}",
+                    attempt_note(*attempt)
+                ));
             }
             Event::Output {
                 host, label, line, ..
@@ -168,17 +169,19 @@ impl Progress {
                 error,
                 startup,
                 ..
-            } => self.line(format!("[{host}] variant {variant}: {}", startup_text(error, startup))),
+            } => self.line(format!(
+                "[{host}] variant {variant}: {}",
+                startup_text(error, startup)
+            )),
             Event::VariantStopped {
                 host,
                 variant,
                 error: Some(e),
                 ..
-            } => self.line(format!("[{host}] variant {variant}: the server could not be stopped: {e}")),
-            Event::Interrupted => self.line(
-                "interrupted: stopping the commands on every host… (`rigrun run --resume RUN_DIR` goes on later)"
-                    .into(),
-            ),
+            } => self.line(format!(
+                "[{host}] variant {variant}: the server could not be stopped: {e}"
+            )),
+            Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
             _ => {}
         }
     }

@@ -73,13 +73,13 @@ impl HostJob {
         };
         let transport = Transport::connect(&self.host, spec, config.inventory.known_hosts, &self.control_dir)
             .await
-            .map_err(fail("connect"))?;
+            .map_err(fail(super::CONNECT))?;
         let transport = Arc::new(transport);
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
         // One round trip: what the login shell prints, and the host's facts.
-        let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
+        let facts = gather_facts(&transport).await.map_err(fail(super::CONNECT))?;
         self.report_login_noise(&transport);
         self.emit(Event::HostConnected {
             host: self.host.clone(),

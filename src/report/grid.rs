@@ -3,7 +3,7 @@
 
 use super::cell::{cell, Cell};
 use super::model::Grid;
-use super::planned::{not_run_reason, Planned};
+use super::planned::Planned;
 use super::references::Lookup;
 use super::slo::SloCapacity;
 use super::steps::{group, is_main_step, pick_metric, RowRecords, StepRecords};
@@ -77,7 +77,7 @@ impl<'a> RunTables<'a> {
     }
 
     /// The cell of `host` in one row of a step, checked against its reference when it has one;
-    /// `not run` with the reason for a planned point the host has no record of.
+    /// for a planned point the host has no record of, why (see [`Planned::absent`]).
     pub fn cell(
         &self,
         step: &StepRecords,
@@ -89,9 +89,9 @@ impl<'a> RunTables<'a> {
         let value = cell(records, metric);
         match records.and_then(|r| r.first()) {
             Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
-            None if self.planned.has(step.step_index, &step.step, label) => Cell::NotRun {
-                reason: not_run_reason(&self.run.manifest, host),
-            },
+            None if self.planned.has(step.step_index, &step.step, label) => {
+                self.planned.absent(self.run, host, step.step_index, label)
+            }
             None => value,
         }
     }

@@ -281,6 +281,8 @@ fn class(cell: &Cell) -> &'static str {
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
+        Cell::Lost { .. } => "lost",
+        Cell::RecordLost { .. } => "missing",
         Cell::NotRun { .. } => "notrun",
         Cell::Missing => "missing",
         Cell::Check { met: false } => "missed",

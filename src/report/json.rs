@@ -178,6 +178,13 @@ enum CellJson<'a> {
     Failed {
         reason: &'a str,
     },
+    Lost {
+        reason: &'a str,
+    },
+    #[serde(rename = "record lost")]
+    RecordLost {
+        reason: &'a str,
+    },
     #[serde(rename = "not run")]
     NotRun {
         reason: &'a str,
@@ -224,6 +231,8 @@ impl CellJson<'_> {
             },
             Cell::Skipped { reason } => CellJson::Skipped { reason },
             Cell::Failed { reason } => CellJson::Failed { reason },
+            Cell::Lost { reason } => CellJson::Lost { reason },
+            Cell::RecordLost { reason } => CellJson::RecordLost { reason },
             Cell::NotRun { reason } => CellJson::NotRun { reason },
             Cell::Missing => CellJson::Missing,
             Cell::Label { .. } | Cell::Check { .. } => CellJson::Label { text: cell.text() },

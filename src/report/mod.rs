@@ -37,7 +37,7 @@ pub use html::render as html;
 pub use model::{Grid, Report, Section, Topic};
 
 use crate::events::Record;
-use crate::store::{read_records, Manifest};
+use crate::store::{read_events, read_records, Manifest};
 
 /// The metric shown when the user names none and the records have it.
 pub const DEFAULT_METRIC: &str = "output_throughput";
@@ -58,22 +58,30 @@ pub struct Run {
     pub rerun: usize,
     /// Where it was read from, for the command that resumes it.
     pub dir: std::path::PathBuf,
+    /// What its journal (events.jsonl) says happened to each column's points: how a point
+    /// whose record line is unreadable ended.
+    pub history: std::collections::HashMap<String, crate::resume::HostHistory>,
+    /// Lines of records.jsonl that could not be read (each warned about).
+    pub unreadable_records: usize,
 }
 
 impl Run {
     /// Reads a run directory. A record's `host` becomes its column (`host/variant` for a
     /// server variant), which is what every table, chart and ratio compares.
     pub fn open(dir: &Path) -> Result<Run> {
-        let (manifest, mut records) = read_records(dir)?;
+        let (manifest, mut records, unreadable_records) = read_records(dir)?;
         for record in records.iter_mut().filter(|r| r.variant.is_some()) {
             record.host = record.column();
         }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
+        let history = crate::resume::history::read(&read_events(dir).unwrap_or_default());
         Ok(Run {
             manifest,
             records,
             rerun,
             dir: dir.to_path_buf(),
+            history,
+            unreadable_records,
         })
     }
 

@@ -148,7 +148,7 @@ impl Transport {
                     self.jobs.unfinished(job.name, false);
                     readers[0].finish(Stream::Stdout, on_output);
                     readers[1].finish(Stream::Stderr, on_output);
-                    return self.ending(job, &trailer);
+                    return self.ending(&trailer);
                 }
                 Ok(None) => "the channel closed before the command's end".to_string(),
                 Err(e) if matches!(self.link, Link::Local(_)) => return Err(e),
@@ -156,8 +156,7 @@ impl Transport {
             };
             let lost_at = Instant::now();
             on_warning(format!(
-                "lost the connection while `{}` ran ({broke}); reconnecting for up to {} while it goes on on the host",
-                job.name,
+                "lost the connection while the command ran ({broke}); reconnecting for up to {} while it goes on on the host",
                 humantime::format_duration(self.jobs.reconnect_for)
             ));
             if let Err(gone) = self.reconnect(lost_at + self.jobs.reconnect_for).await {
@@ -167,9 +166,8 @@ impl Transport {
                 return Err(gone);
             }
             on_warning(format!(
-                "reconnected after {:.1}s; following `{}` from byte {} of its stdout and {} of its stderr",
+                "reconnected after {:.1}s; following the command from byte {} of its stdout and {} of its stderr",
                 lost_at.elapsed().as_secs_f64(),
-                job.name,
                 readers[0].content_bytes,
                 readers[1].content_bytes
             ));
@@ -232,7 +230,7 @@ impl Transport {
     }
 
     /// What the end marker's trailer says: an exit code, a stop, or why the job is no more.
-    fn ending(&self, job: &Job<'_>, trailer: &str) -> Result<JobEnd> {
+    fn ending(&self, trailer: &str) -> Result<JobEnd> {
         let host = &self.jobs.host;
         if let Ok(code) = trailer.parse() {
             return Ok(JobEnd::Exited(code));
@@ -241,17 +239,16 @@ impl Transport {
         match trailer.split_once(' ').unwrap_or((trailer, "")) {
             ("stopped", "timeout") => Ok(JobEnd::TimedOut),
             ("stopped", "lease") => lost(format!(
-                "{host} stopped `{}` by itself: rigrun was out of touch for longer than the lease ({})",
-                job.name,
+                "{host} stopped the command by itself: rigrun was out of touch for longer than the lease ({})",
                 humantime::format_duration(self.jobs.lease)
             )),
-            ("stopped", why) => lost(format!("`{}` was stopped on {host} ({why})", job.name)),
+            ("stopped", "interrupted") => lost(format!("the command was stopped on {host} by an interrupt")),
+            ("stopped", why) => lost(format!("the command was stopped on {host} ({why})")),
             ("gone", _) => lost(format!(
-                "`{}` is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)",
-                job.name
+                "the command is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)"
             )),
-            ("error", why) => bail!("cannot run `{}` on {host}: {why}", job.name),
-            _ => bail!("`{}` on {host} ended with `{trailer}`, which rigrun does not understand", job.name),
+            ("error", why) => bail!("cannot run the command on {host}: {why}"),
+            _ => bail!("the command on {host} ended with `{trailer}`, which rigrun does not understand"),
         }
     }
 

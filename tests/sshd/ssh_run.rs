@@ -357,6 +357,46 @@ fn a_dead_host_stops_only_itself() {
     assert_eq!(manifest["status"], "failed");
 }
 
+/// Every host refuses the connection: each reason said once (no table of points that could
+/// not run, no note repeating it), one line saying no host connected, exit 1.
+#[test]
+fn when_no_host_connects_each_reason_is_said_once_and_no_table_is_shown() {
+    let env = Env::new();
+    let (mut a, mut b) = (env.host("a"), env.host("b"));
+    env.inventory(&[env.entry("a", &a), env.entry("b", &b)], "");
+    env.write("bench.sh", BENCH_SCRIPT);
+    env.write("sweep.yaml", SWEEP_PLAYBOOK);
+    a.stop();
+    b.stop();
+    let (out, runs) = env.run("sweep.yaml", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "", "no table of points that could not run");
+    for host in ["a", "b"] {
+        let port = if host == "a" { a.port } else { b.port };
+        let reason = format!("connection refused by {}@127.0.0.1:{port}", whoami());
+        assert_eq!(
+            stderr.matches(&reason).count(),
+            1,
+            "{host}'s reason once: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("error: {host}: failed at connect: {reason}")),
+            "{stderr}"
+        );
+    }
+    let run_dir = only_run_dir(&runs);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "run {0}: no host connected, nothing ran; once they are reachable: rigrun run --resume {0}",
+            run_dir.display()
+        )
+    );
+    assert!(!stderr.contains("not run"), "{stderr}");
+}
+
 #[test]
 fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
     let (env, _a) = Env::with_one_host();

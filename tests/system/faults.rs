@@ -209,7 +209,10 @@ fn a_killed_control_master_is_replaced_and_the_point_goes_on_from_where_it_was()
     sh("kill", &["-9", &master]);
     let (code, err) = host.finish(run, Duration::from_secs(120));
     assert_eq!(code, 0, "{err}");
-    host.wait_for_warning("lost the connection while `s01-p002-a1` ran", Duration::ZERO);
+    host.wait_for_warning(
+        "sweep n=2: lost the connection while the command ran",
+        Duration::ZERO,
+    );
     host.wait_for_warning("reconnected after", Duration::ZERO);
     host.assert_every_point_complete(8);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
@@ -222,7 +225,7 @@ fn sshd_killed_with_its_sessions_and_back_15_s_later_loses_nothing() {
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.sshd.kill_with_sessions(&host.netns);
     host.wait_for_warning(
-        "lost the connection while `s01-p002-a1` ran",
+        "sweep n=2: lost the connection while the command ran",
         Duration::from_secs(30),
     );
     // The point's command lives on without its session.
@@ -243,7 +246,7 @@ fn a_90_s_partition_is_waited_out_and_the_output_picked_up() {
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.netns.link(false);
     host.wait_for_warning(
-        "lost the connection while `s01-p002-a1` ran",
+        "sweep n=2: lost the connection while the command ran",
         Duration::from_secs(60),
     );
     // The fault itself: the link stays down 90 s; the point finishes on the host meanwhile.
