@@ -217,7 +217,7 @@ impl Attempts<'_> {
 }
 
 /// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
-/// [`backoff`] between attempts); lost (the host or its connection went away) it runs again once
+/// [`backoff`] between attempts; the host's disk full fails it too); lost (the host or its connection went away) it runs again once
 /// as a new attempt, and lost a second time ends the host (the error). Every attempt that does
 /// not end the point is recorded, failed or lost, with its reason and what comes next; one cut
 /// short by the interrupt is recorded lost as it is dropped (see [`CutShort`]).
@@ -267,6 +267,8 @@ async fn run_point(
                 attempt += 1;
                 continue;
             }
+            // The point fails, not the host: the next point may find room again.
+            Err(e) if crate::transport::is_disk_full(&e) => (format!("{e:#}"), None),
             Err(e) => return Err(e),
             Ok(end) => match end.failure(step.timeout) {
                 None => {
@@ -278,12 +280,12 @@ async fn run_point(
                     finish_point(ctx, step, &this, end, started);
                     return Ok(Outcome::Ok);
                 }
-                Some(why) => (why, end),
+                Some(why) => (why, Some(end)),
             },
         };
         let failed = (step, point, &this);
         if retried == plan.retries {
-            finish_attempt(ctx, failed, RecordStatus::Failed, &why, Some(&end), started);
+            finish_attempt(ctx, failed, RecordStatus::Failed, &why, end.as_ref(), started);
             return Ok(Outcome::Failed {
                 reason: why,
                 fresh: true,
@@ -297,7 +299,7 @@ async fn run_point(
             super::human(wait),
             attempt + 1
         );
-        finish_attempt(ctx, failed, RecordStatus::Failed, &next, Some(&end), started);
+        finish_attempt(ctx, failed, RecordStatus::Failed, &next, end.as_ref(), started);
         tokio::time::sleep(wait).await;
         attempt += 1;
     }

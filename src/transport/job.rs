@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::channel::Channel;
 use super::wrapper::{self, carry, Output, Stream, StreamReader};
-use super::{Link, Lost, Transport};
+use super::{DiskFull, Link, Lost, Transport};
 use crate::config::HostSpec;
 
 const JOB: &str = include_str!("job.sh");
@@ -72,6 +72,12 @@ impl Jobs {
 
     fn dir(&self) -> Option<String> {
         self.dir.get().cloned()
+    }
+
+    /// The host's workdir the jobs folder is in (`<workdir>/.rigrun/jobs/...`), for messages.
+    fn workdir(&self) -> String {
+        let dir = self.dir().unwrap_or_default();
+        dir.split("/.rigrun/jobs/").next().unwrap_or_default().to_string()
     }
 
     fn lease_secs(&self) -> String {
@@ -244,6 +250,12 @@ impl Transport {
             )),
             ("stopped", "interrupted") => lost(format!("the command was stopped on {host} by an interrupt")),
             ("stopped", why) => lost(format!("the command was stopped on {host} ({why})")),
+            ("full", _) => Err(anyhow!(DiskFull {
+                reason: format!(
+                    "the host's disk is full at {} (No space left on device)",
+                    self.jobs.workdir()
+                ),
+            })),
             ("gone", _) => lost(format!(
                 "the command is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)"
             )),

@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
-pub use lost::{is_lost, Lost};
+pub use lost::{is_disk_full, is_lost, DiskFull, Lost};
 pub use many::{ManySink, Tar};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};

@@ -284,7 +284,7 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
     assert_eq!(first.len(), 2, "{first:?}");
     assert_eq!(
         (first[0]["attempt"].as_u64(), first[0]["status"].as_str()),
-        (Some(1), Some("failed"))
+        (Some(1), Some("lost"))
     );
     let reason = first[0]["reason"].as_str().unwrap_or("");
     assert!(
