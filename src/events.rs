@@ -246,7 +246,8 @@ pub type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;
 
 /// Output lines on their way to the display, so that a slow terminal cannot make them pile up
 /// in memory: past [`output_backlog::LIMIT`] waiting, lines are left out (and counted) until
-/// the display catches up. Records, logs and the journal never go through this.
+/// the display catches up; the display says at its end how many it left out in all
+/// ([`output_backlog::left_out`]). Records, logs and the journal never go through this.
 pub mod output_backlog {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -254,13 +255,17 @@ pub mod output_backlog {
     pub const LIMIT: usize = 10_000;
 
     static WAITING: AtomicUsize = AtomicUsize::new(0);
+    /// Left out since the last line admitted (said before that line).
     static LEFT_OUT: AtomicUsize = AtomicUsize::new(0);
+    /// Left out in all: the last of them have no line after them to be said before.
+    static LEFT_OUT_IN_ALL: AtomicUsize = AtomicUsize::new(0);
 
     /// A line may go to the display: Some(how many were left out before it), or None to leave
     /// this one out too.
     pub fn admit() -> Option<usize> {
         if WAITING.load(Ordering::Relaxed) >= LIMIT {
             LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+            LEFT_OUT_IN_ALL.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         WAITING.fetch_add(1, Ordering::Relaxed);
@@ -270,5 +275,10 @@ pub mod output_backlog {
     /// The display took a line.
     pub fn shown() {
         let _ = WAITING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// How many lines were left out in all (this process).
+    pub fn left_out() -> usize {
+        LEFT_OUT_IN_ALL.load(Ordering::Relaxed)
     }
 }

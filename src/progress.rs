@@ -192,6 +192,19 @@ impl Progress {
                 bar.finish();
             }
         }
+        self.say_lines_left_out();
+    }
+
+    /// Once the run ends: how many output lines the display left out in all, so that every line
+    /// printed was shown or counted (the notes before later lines miss those left out last).
+    fn say_lines_left_out(&self) {
+        let left_out = crate::events::output_backlog::left_out();
+        if self.show_output && left_out > 0 {
+            self.line(format!(
+                "{left_out} output lines not shown in all: the display fell behind (the logs in \
+                 the run directory keep every line)"
+            ));
+        }
     }
 }
 

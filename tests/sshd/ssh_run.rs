@@ -397,6 +397,83 @@ fn when_no_host_connects_each_reason_is_said_once_and_no_table_is_shown() {
     assert!(!stderr.contains("not run"), "{stderr}");
 }
 
+/// A command prints 200,000 lines (and its record) as fast as it can while rigrun's stderr is
+/// read slowly (a slow terminal): every line is either shown or counted in the closing
+/// `N output lines not shown in all` line, exactly, and the logs keep them all.
+#[test]
+fn behind_a_slow_terminal_every_output_line_is_shown_or_counted() {
+    use std::io::Read;
+    const LINES: usize = 200_000;
+    let (env, _a) = Env::with_one_host();
+    env.write(
+        "many.yaml",
+        &format!(
+            "name: many\nsteps:\n  - run-sweep:\n      command: \"seq -f 'line %.0f' 1 {LINES}; echo '{{\\\"x\\\": 1}}'\"\n"
+        ),
+    );
+    let runs = env.path().join("runs");
+    let mut child = rigrun()
+        .current_dir(env.path())
+        .args(["run", "many.yaml", "--runs-dir", runs.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let drained = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).unwrap();
+        text
+    });
+    // The slow terminal: 4 KiB at a time, a millisecond apart.
+    let mut stderr = child.stderr.take().unwrap();
+    let (mut shown, mut chunk) = (Vec::new(), [0u8; 4096]);
+    loop {
+        let n = stderr.read(&mut chunk).unwrap();
+        if n == 0 {
+            break;
+        }
+        shown.extend_from_slice(&chunk[..n]);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (drained.join().unwrap(), String::from_utf8(shown).unwrap());
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    let prefix = "[a run-sweep (single)] ";
+    let mut numbers: Vec<usize> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|l| l.rsplit_once("line ").map_or(Some(0), |(_, n)| n.parse().ok()))
+        .collect();
+    let shown_lines = numbers.len();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), shown_lines, "a line shown twice");
+    let counted: usize = stderr
+        .lines()
+        .find_map(|l| l.strip_suffix(" output lines not shown in all: the display fell behind (the logs in the run directory keep every line)"))
+        .map_or(0, |n| n.parse().unwrap());
+    assert!(
+        shown_lines <= LINES,
+        "the display never fell behind: the test proves nothing"
+    );
+    assert_eq!(
+        shown_lines + counted,
+        LINES + 1,
+        "shown {shown_lines} + counted {counted} != printed {}",
+        LINES + 1
+    );
+    let step_dir = only_run_dir(&runs).join("hosts/a/01-run-sweep");
+    let logs: Vec<PathBuf> = std::fs::read_dir(&step_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".stdout.log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert_eq!(log.lines().count(), LINES + 1, "the log keeps every line");
+}
+
 #[test]
 fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
     let (env, _a) = Env::with_one_host();
