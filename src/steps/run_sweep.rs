@@ -217,8 +217,9 @@ impl Attempts<'_> {
 }
 
 /// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
-/// [`backoff`] between attempts; the host's disk full fails it too); lost (the host or its connection went away) it runs again once
-/// as a new attempt, and lost a second time ends the host (the error). Every attempt that does
+/// [`backoff`] between attempts; the host's disk full fails it too); lost (its command stopped or
+/// gone on the host) it runs again once as a new attempt, and lost a second time, or with a
+/// connection that could not be got back, ends the host (the error). Every attempt that does
 /// not end the point is recorded, failed or lost, with its reason and what comes next; one cut
 /// short by the interrupt is recorded lost as it is dropped (see [`CutShort`]).
 async fn run_point(
@@ -255,12 +256,14 @@ async fn run_point(
         std::mem::forget(cut_short);
         let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) => {
-                let why = match rerun_lost {
+                // A connection that could not be got back ends the host: nothing to run again on.
+                let last = rerun_lost || ctx.transport.gave_up();
+                let why = match last {
                     true => format!("{e:#}"),
                     false => format!("{e:#}; runs again as attempt {}", attempt + 1),
                 };
                 finish_attempt(ctx, (step, point, &this), RecordStatus::Lost, &why, None, started);
-                if rerun_lost {
+                if last {
                     return Err(e.context(format!("{} {label}", step.name)));
                 }
                 rerun_lost = true;

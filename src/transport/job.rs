@@ -123,6 +123,12 @@ impl Transport {
         }
     }
 
+    /// Whether the connection could not be got back within `reconnect_for`: the host stays
+    /// lost for the rest of the run.
+    pub fn gave_up(&self) -> bool {
+        self.jobs.given_up.get().is_some()
+    }
+
     /// Runs `job` detached on the host and follows it to its end, through lost connections
     /// (each said through `on_warning`) for as long as the host's `reconnect_for` allows.
     /// A lost host, or a command that vanished there, is a [`Lost`] error.
@@ -160,12 +166,17 @@ impl Transport {
                 Err(e) if matches!(self.link, Link::Local(_)) => return Err(e),
                 Err(e) => format!("{e:#}"),
             };
+            // The link may have been dead for up to `unnoticed` already: the host fails at most
+            // `reconnect_for` after it went down, not after rigrun noticed.
             let lost_at = Instant::now();
+            let unnoticed = self.unnoticed_for();
             on_warning(format!(
-                "lost the connection while the command ran ({broke}); reconnecting for up to {} while it goes on on the host",
+                "lost the connection while the command ran ({broke}); reconnecting while it goes on on the host \
+                 (the host fails if the connection is not back within reconnect_for, {}, of going down)",
                 humantime::format_duration(self.jobs.reconnect_for)
             ));
-            if let Err(gone) = self.reconnect(lost_at + self.jobs.reconnect_for).await {
+            let until = lost_at + self.jobs.reconnect_for.saturating_sub(unnoticed);
+            if let Err(gone) = self.reconnect(until).await {
                 // The host stays lost for the rest of the run: what still asks for it fails at
                 // once instead of waiting out `reconnect_for` again.
                 let _ = self.jobs.given_up.set(format!("{gone:#}"));

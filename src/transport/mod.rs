@@ -230,6 +230,15 @@ impl Transport {
         }
     }
 
+    /// How long a dead link may go unnoticed: the keepalive probes' window (see
+    /// `ssh::Keepalive`); nothing for a local host.
+    pub(crate) fn unnoticed_for(&self) -> std::time::Duration {
+        match &self.link {
+            Link::Ssh(t) => t.unnoticed_for(),
+            Link::Local(_) => std::time::Duration::ZERO,
+        }
+    }
+
     /// After a channel broke: gets the connection back, trying with backoff until `until`.
     /// A local host has no connection to lose.
     pub(crate) async fn reconnect(&self, until: std::time::Instant) -> Result<()> {

@@ -36,6 +36,13 @@ struct Faulty {
 impl Faulty {
     /// `host_extra` is added to the host's inventory entry (YAML, indented four spaces).
     fn new(token: &str, lines: u32, pause: &str, host_extra: &str) -> Faulty {
+        // Quick to notice a dead link: ServerAlive every 2 s, 3 missed (the user's options win).
+        let keepalive = "ServerAliveInterval: \"2\", ServerAliveCountMax: \"3\", ";
+        Faulty::with_ssh_options(token, lines, pause, host_extra, keepalive)
+    }
+
+    /// As [`Faulty::new`], with `ssh_extra` (`Key: value, ` pairs) among the host's `ssh_options`.
+    fn with_ssh_options(token: &str, lines: u32, pause: &str, host_extra: &str, ssh_extra: &str) -> Faulty {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let key = ClientKey::new(dir);
@@ -43,10 +50,9 @@ impl Faulty {
         let sshd = Sshd::start_in(dir, "gpu", &key, &netns);
         let known_hosts = dir.join("known_hosts");
         std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
-        // Quick to notice a dead link: ServerAlive every 2 s, 3 missed (the user's options win).
         let extra = format!(
             "    ssh_options: {{UserKnownHostsFile: {}, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: \"yes\", \
-             ServerAliveInterval: \"2\", ServerAliveCountMax: \"3\", ConnectTimeout: \"5\"}}\n{host_extra}",
+             {ssh_extra}ConnectTimeout: \"5\"}}\n{host_extra}",
             known_hosts.display()
         );
         let entry = sshd
@@ -299,23 +305,45 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
 
+/// The link down for good, the host with `reconnect_for: 10s` and rigrun's own keepalive (none
+/// in its ssh_options): the host fails with the reason within reconnect_for of the cut, as the
+/// journal times it (the bound is what is tested: a dead link noticed after a fixed 60 s, as
+/// before, failed such a host 104 s after the cut); the lease then cleans up on the host.
 #[test]
-fn a_host_gone_longer_than_reconnect_for_fails_with_the_reason_and_its_lease_cleans_up() {
-    let host = Faulty::new(
+fn a_host_gone_longer_than_reconnect_for_fails_within_it_with_the_reason_and_its_lease_cleans_up() {
+    let host = Faulty::with_ssh_options(
         "fault-gone",
         200,
         "0.5",
         "    reconnect_for: 10s\n    lease: 10s\n",
+        "",
     );
     let run = host.start();
     host.wait_for_line(1, 2, Duration::from_secs(60));
+    let cut = chrono::Utc::now();
     host.netns.link(false);
     let (code, err) = host.finish(run, Duration::from_secs(120));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("could not get it back"), "{err}");
     assert!(err.contains("rigrun run --resume"), "the way on is named: {err}");
+    let failed_at = events(&host.run_dir())
+        .iter()
+        .find(|e| e["event"] == "host_finished")
+        .and_then(|e| e["at"].as_str().map(String::from))
+        .expect("the host's end is journaled");
+    let failed_at: chrono::DateTime<chrono::Utc> = failed_at.parse().unwrap();
+    let after = (failed_at - cut).to_std().unwrap();
+    // 10 s, and a second for the timers of a loaded machine.
+    assert!(
+        after <= Duration::from_secs(11),
+        "the host failed {after:?} after the cut, past reconnect_for (10s): {err}"
+    );
     let manifest = manifest(&host.run_dir());
     assert_eq!(manifest["hosts"]["gpu"]["status"], "failed", "{manifest}");
+    let recs = records(&host.run_dir());
+    let lost: Vec<&Value> = recs.iter().filter(|r| r["status"] == "lost").collect();
+    assert_eq!(lost.len(), 1, "the point cut short is lost, not failed: {recs:?}");
+    assert!(recs.iter().all(|r| r["status"] != "failed"), "{recs:?}");
     // rigrun is gone and the link still down: the host stops the command once the lease is out.
     wait_for(Duration::from_secs(60), "the host to stop the command", || {
         host.commands_on_host().is_empty()
