@@ -175,8 +175,15 @@ pub enum Event {
         variant: Option<String>,
     },
     Record(Record),
-    /// Something the user must know that did not stop the step (shown, and journaled).
+    /// Something the user must know that did not stop the step (shown, journaled, kept among
+    /// the host's warnings in run.json and shown again when the run ends).
     Warning {
+        host: String,
+        message: String,
+    },
+    /// A warning about something that passed while the step went on (a connection lost and got
+    /// back): shown and journaled once, not kept among the host's warnings.
+    Notice {
         host: String,
         message: String,
     },

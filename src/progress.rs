@@ -159,7 +159,9 @@ impl Progress {
                 }
                 self.status(host, text);
             }
-            Event::Warning { host, message } => self.line(format!("[{host}] warning: {message}")),
+            Event::Warning { host, message } | Event::Notice { host, message } => {
+                self.line(format!("[{host}] warning: {message}"))
+            }
             Event::VariantStarted { host, variant, .. } => {
                 self.line(format!("[{host}] variant {variant}: starting the server"));
             }

@@ -190,7 +190,8 @@ impl SshTransport {
     async fn session(&self) -> Result<Arc<Session>> {
         let mut guard = self.session.lock().await;
         if guard.check().await.is_err() {
-            tracing::warn!(host = %self.host, "the SSH master is gone; reconnecting");
+            // Said to the user by whoever lost the connection (see `job.rs`), in words.
+            tracing::info!(host = %self.host, "the SSH master is gone; reconnecting");
             *guard = Arc::new(self.master.start().await?);
             *self.sftp.lock().await = None;
         }

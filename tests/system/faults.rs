@@ -83,7 +83,9 @@ impl Faulty {
     fn start(&self) -> Child {
         let out = std::fs::File::create(self.dir().join("rigrun.out")).unwrap();
         let err = std::fs::File::create(self.dir().join("rigrun.err")).unwrap();
+        // As a user would run it: stderr is a file, and colours are rigrun's to decide.
         rigrun()
+            .env_remove("NO_COLOR")
             .current_dir(self.dir())
             .args(["run", "faults.yaml", "--runs-dir", "runs"])
             .stdout(Stdio::from(out))
@@ -122,12 +124,12 @@ impl Faulty {
         });
     }
 
-    /// Waits until the journal holds a warning containing `text`.
-    fn wait_for_warning(&self, text: &str, within: Duration) {
-        wait_for(within, &format!("a warning saying `{text}`"), || {
+    /// Waits until the journal holds a notice (a connection lost or got back) containing `text`.
+    fn wait_for_notice(&self, text: &str, within: Duration) {
+        wait_for(within, &format!("a notice saying `{text}`"), || {
             events(&self.run_dir())
                 .iter()
-                .any(|e| e["event"] == "warning" && e["message"].as_str().unwrap_or("").contains(text))
+                .any(|e| e["event"] == "notice" && e["message"].as_str().unwrap_or("").contains(text))
         });
     }
 
@@ -215,11 +217,16 @@ fn a_killed_control_master_is_replaced_and_the_point_goes_on_from_where_it_was()
     sh("kill", &["-9", &master]);
     let (code, err) = host.finish(run, Duration::from_secs(120));
     assert_eq!(code, 0, "{err}");
-    host.wait_for_warning(
+    host.wait_for_notice(
         "sweep n=2: lost the connection while the command ran",
         Duration::ZERO,
     );
-    host.wait_for_warning("reconnected after", Duration::ZERO);
+    host.wait_for_notice("reconnected after", Duration::ZERO);
+    // Said once, in words; no terminal colour codes in the file stderr went to.
+    let said = |text: &str| err.lines().filter(|l| l.contains(text)).count();
+    assert_eq!(said("lost the connection"), 1, "{err}");
+    assert_eq!(said("reconnected after"), 1, "{err}");
+    assert!(!err.contains('\u{1b}'), "ANSI codes in a file: {err:?}");
     host.assert_every_point_complete(8);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
@@ -230,7 +237,7 @@ fn sshd_killed_with_its_sessions_and_back_15_s_later_loses_nothing() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.sshd.kill_with_sessions(&host.netns);
-    host.wait_for_warning(
+    host.wait_for_notice(
         "sweep n=2: lost the connection while the command ran",
         Duration::from_secs(30),
     );
@@ -251,7 +258,7 @@ fn a_90_s_partition_is_waited_out_and_the_output_picked_up() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.netns.link(false);
-    host.wait_for_warning(
+    host.wait_for_notice(
         "sweep n=2: lost the connection while the command ran",
         Duration::from_secs(60),
     );
