@@ -27,6 +27,8 @@ pub(super) struct HostJob {
     /// Where SSH control sockets live (one short-named folder per run).
     pub control_dir: PathBuf,
     pub open: OpenTransports,
+    /// Why the run is stopping, once it is (see `HostCtx::stopping`).
+    pub stopping: Arc<std::sync::OnceLock<String>>,
     /// What is left to do on the host (everything in a new run): one per server variant, in
     /// the order they run, or one without variants.
     pub works: Vec<Arc<HostWork>>,
@@ -103,6 +105,7 @@ impl HostJob {
             variant: None,
             gpu_source: gpu_source(spec, &facts),
             slo: config.slo.clone(),
+            stopping: self.stopping.clone(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);

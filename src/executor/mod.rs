@@ -102,6 +102,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         .tempdir_in("/tmp")
         .context("cannot create a control directory in /tmp")?;
     let open: OpenTransports = Arc::default();
+    let stopping: Arc<std::sync::OnceLock<String>> = Arc::default();
     let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
     let mut tasks = JoinSet::new();
     let mut kept_ok = true;
@@ -126,6 +127,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
             run_dir: run_path.clone(),
             control_dir: control_dir.path().to_path_buf(),
             open: open.clone(),
+            stopping: stopping.clone(),
         };
         let forks = forks.clone();
         tasks.spawn(async move {
@@ -134,7 +136,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         });
     }
 
-    let status = match wait_or_interrupt(&mut tasks, &tx, store_failed).await {
+    let status = match wait_or_interrupt(&mut tasks, &tx, store_failed, &stopping).await {
         Status::Ok if !kept_ok => Status::Failed,
         status => status,
     };
@@ -191,10 +193,12 @@ fn host_is_done(config: &Config, host: &str, works: &[(String, HostWork)], tx: &
 }
 
 /// Waits for every host, for Ctrl-C, or for the store to fail; returns how the run ended.
+/// `stopping` says why, before the hosts' tasks are dropped.
 async fn wait_or_interrupt(
     tasks: &mut JoinSet<Status>,
     tx: &EventSender,
     store_failed: oneshot::Receiver<()>,
+    stopping: &std::sync::OnceLock<String>,
 ) -> Status {
     let mut all_ok = true;
     let stopped = tokio::select! {
@@ -207,6 +211,11 @@ async fn wait_or_interrupt(
         Ok(()) = store_failed => Some(Status::Failed),
     };
     if let Some(status) = stopped {
+        let why = match status {
+            Status::Interrupted => "cut short by the interrupt",
+            _ => "cut short: the run directory could not be written",
+        };
+        let _ = stopping.set(why.to_string());
         let _ = tx.send(Event::Interrupted);
         // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
         // the commands' process groups, and each point cut short is recorded lost.

@@ -310,8 +310,8 @@ async fn run_point(
 
 /// An attempt in flight: dropped before it ended (the host's task stopped by Ctrl-C, SIGTERM
 /// or SIGHUP; the host's command is told to stop as its follower drops), it records the attempt
-/// lost, so that the tables say what happened and a resume runs the point as its next attempt.
-/// Forgotten once the attempt ended.
+/// lost with why the run stopped (`HostCtx::stopping`), so that the tables say what happened and
+/// a resume runs the point as its next attempt. Forgotten once the attempt ended.
 struct CutShort<'a> {
     ctx: &'a HostCtx,
     step: &'a PlannedStep,
@@ -322,9 +322,10 @@ struct CutShort<'a> {
 
 impl Drop for CutShort<'_> {
     fn drop(&mut self) {
-        let why = match std::thread::panicking() {
-            true => "cut short: rigrun failed while it ran (see the error it printed)",
-            false => "cut short by the interrupt",
+        let why = match (std::thread::panicking(), self.ctx.stopping.get()) {
+            (true, _) => "cut short: rigrun failed while it ran (see the error it printed)",
+            (false, Some(why)) => why,
+            (false, None) => "cut short",
         };
         let at = (self.step, self.point, self.at);
         finish_attempt(self.ctx, at, RecordStatus::Lost, why, None, self.started);
