@@ -66,6 +66,20 @@ impl Env {
         self.write("hosts.yaml", &format!("hosts:\n{}{extra}", entries.concat()))
     }
 
+    /// Starts `rigrun run playbook` in the background, its output piped; returns it and the
+    /// runs folder.
+    fn spawn(&self, playbook: &str) -> (std::process::Child, PathBuf) {
+        let runs = self.path().join("runs");
+        let child = rigrun()
+            .current_dir(self.path())
+            .args(["run", playbook, "--runs-dir", runs.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, runs)
+    }
+
     fn run(&self, playbook: &str, more: &[&str]) -> (std::process::Output, PathBuf) {
         let runs = self.path().join("runs");
         let mut args = vec![
@@ -411,14 +425,7 @@ fn behind_a_slow_terminal_every_output_line_is_shown_or_counted() {
             "name: many\nsteps:\n  - run-sweep:\n      command: \"seq -f 'line %.0f' 1 {LINES}; echo '{{\\\"x\\\": 1}}'\"\n"
         ),
     );
-    let runs = env.path().join("runs");
-    let mut child = rigrun()
-        .current_dir(env.path())
-        .args(["run", "many.yaml", "--runs-dir", runs.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut child, runs) = env.spawn("many.yaml");
     let mut stdout = child.stdout.take().unwrap();
     let drained = std::thread::spawn(move || {
         let mut text = String::new();
@@ -549,14 +556,7 @@ fn interrupt_mid_sweep(signal: &str) {
             pid_file.display()
         ),
     );
-    let runs = env.path().join("runs");
-    let child = rigrun()
-        .current_dir(env.path())
-        .args(["run", "long.yaml", "--runs-dir", runs.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (child, runs) = env.spawn("long.yaml");
     let first = env.path().join("sleep.pid.1");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !first.exists() || std::fs::read_to_string(&first).unwrap().trim().is_empty() {
