@@ -115,15 +115,8 @@ fn resumed(args: &RunArgs, dir: &std::path::Path) -> Result<Option<(Config, Star
         eprintln!("run {id} finished ok: nothing to do");
         return Ok(None);
     }
-    if resumed.is_done() {
-        eprintln!(
-            "run {id}: nothing left to run; its failed points stand (--redo-failed runs them \
-             again, --redo-invalid the invalid ones)"
-        );
-    }
-    eprintln!("resuming run {id} (attempt {}):", resumed.session);
     for line in resumed.describe() {
-        eprintln!("  {line}");
+        eprintln!("{line}");
     }
     let crate::resume::Resumed {
         dir,
@@ -138,6 +131,9 @@ fn resumed(args: &RunArgs, dir: &std::path::Path) -> Result<Option<(Config, Star
 /// The end of a run: the closing table, warnings, failures, and how to go on when it did not
 /// finish well.
 fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
+    if outcome.none_connected {
+        return Ok(none_connected(outcome));
+    }
     let run = Run::open(&outcome.run_dir)?;
     // A --metric the records turned out not to have: said, and the default tables shown.
     let metrics = match report::check_metrics(std::slice::from_ref(&run), &args.metric, None) {
@@ -171,7 +167,7 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
     let verdict = match outcome.status {
         Status::Ok => "all hosts succeeded".to_string(),
         Status::Interrupted => {
-            format!("interrupted; everything measured so far is kept; go on with: {resume}")
+            format!("stopped before its end; everything measured so far is kept; go on with: {resume}")
         }
         _ => format!(
             "some hosts or steps failed; what did not run runs with: {resume} (add --redo-failed \
@@ -180,6 +176,19 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
     Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))
+}
+
+/// The end of a run no host connected to: each host's reason once, and no table of points
+/// that could not run.
+fn none_connected(outcome: &executor::RunOutcome) -> Exit {
+    for line in &outcome.failures {
+        eprintln!("error: {line}");
+    }
+    let dir = outcome.run_dir.display();
+    eprintln!(
+        "run {dir}: no host connected, nothing ran; once they are reachable: rigrun run --resume {dir}"
+    );
+    Exit::Failed
 }
 
 /// Reports missed references on stderr; true when they fail the run (`--check-references`).

@@ -94,12 +94,17 @@ pub fn first_attempt() -> u32 {
     1
 }
 
+/// How a point's attempt ended, as its records and `point_finished` say.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordStatus {
     Ok,
+    /// The command ran and failed (an exit code, a timeout), or could not run on the host.
     Failed,
     Skipped,
+    /// Cut short by something other than the command: the host or its connection went away, or
+    /// the run was interrupted. Runs written before this status recorded such points `failed`.
+    Lost,
 }
 
 /// How a step, a host or the run ended.
@@ -191,8 +196,15 @@ pub enum Event {
         variant: Option<String>,
     },
     Record(Record),
-    /// Something the user must know that did not stop the step (shown, and journaled).
+    /// Something the user must know that did not stop the step (shown, journaled, kept among
+    /// the host's warnings in run.json and shown again when the run ends).
     Warning {
+        host: String,
+        message: String,
+    },
+    /// A warning about something that passed while the step went on (a connection lost and got
+    /// back): shown and journaled once, not kept among the host's warnings.
+    Notice {
         host: String,
         message: String,
     },
@@ -262,7 +274,8 @@ pub type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;
 
 /// Output lines on their way to the display, so that a slow terminal cannot make them pile up
 /// in memory: past [`output_backlog::LIMIT`] waiting, lines are left out (and counted) until
-/// the display catches up. Records, logs and the journal never go through this.
+/// the display catches up; the display says at its end how many it left out in all
+/// ([`output_backlog::left_out`]). Records, logs and the journal never go through this.
 pub mod output_backlog {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -270,13 +283,17 @@ pub mod output_backlog {
     pub const LIMIT: usize = 10_000;
 
     static WAITING: AtomicUsize = AtomicUsize::new(0);
+    /// Left out since the last line admitted (said before that line).
     static LEFT_OUT: AtomicUsize = AtomicUsize::new(0);
+    /// Left out in all: the last of them have no line after them to be said before.
+    static LEFT_OUT_IN_ALL: AtomicUsize = AtomicUsize::new(0);
 
     /// A line may go to the display: Some(how many were left out before it), or None to leave
     /// this one out too.
     pub fn admit() -> Option<usize> {
         if WAITING.load(Ordering::Relaxed) >= LIMIT {
             LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+            LEFT_OUT_IN_ALL.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         WAITING.fetch_add(1, Ordering::Relaxed);
@@ -286,5 +303,10 @@ pub mod output_backlog {
     /// The display took a line.
     pub fn shown() {
         let _ = WAITING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// How many lines were left out in all (this process).
+    pub fn left_out() -> usize {
+        LEFT_OUT_IN_ALL.load(Ordering::Relaxed)
     }
 }

@@ -12,6 +12,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("RIGRUN_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: stderr is often a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

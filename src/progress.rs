@@ -106,11 +106,12 @@ impl Progress {
                     RecordStatus::Ok => format!("ok in {seconds:.1}s"),
                     RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
                     RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
+                    RecordStatus::Lost => format!("lost: {}", reason.as_deref().unwrap_or("")),
                 };
-                self.line(format!("[{host}] {step} {point}{}: {how}", attempt_note(*attempt)));
-            }
-            Event::RunResumed { session, .. } => {
-                self.line(format!("resuming the run (attempt {session})"));
+                self.line(format!(
+                    "[{host}] {step} {point}{}: {how}",
+                    attempt_note(*attempt)
+                ));
             }
             Event::Output {
                 host, label, line, ..
@@ -158,7 +159,9 @@ impl Progress {
                 }
                 self.status(host, text);
             }
-            Event::Warning { host, message } => self.line(format!("[{host}] warning: {message}")),
+            Event::Warning { host, message } | Event::Notice { host, message } => {
+                self.line(format!("[{host}] warning: {message}"))
+            }
             Event::VariantStarted { host, variant, .. } => {
                 self.line(format!("[{host}] variant {variant}: starting the server"));
             }
@@ -168,17 +171,19 @@ impl Progress {
                 error,
                 startup,
                 ..
-            } => self.line(format!("[{host}] variant {variant}: {}", startup_text(error, startup))),
+            } => self.line(format!(
+                "[{host}] variant {variant}: {}",
+                startup_text(error, startup)
+            )),
             Event::VariantStopped {
                 host,
                 variant,
                 error: Some(e),
                 ..
-            } => self.line(format!("[{host}] variant {variant}: the server could not be stopped: {e}")),
-            Event::Interrupted => self.line(
-                "interrupted: stopping the commands on every host… (`rigrun run --resume RUN_DIR` goes on later)"
-                    .into(),
-            ),
+            } => self.line(format!(
+                "[{host}] variant {variant}: the server could not be stopped: {e}"
+            )),
+            Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
             _ => {}
         }
     }
@@ -188,6 +193,19 @@ impl Progress {
             for bar in bars.values().filter(|b| !b.is_finished()) {
                 bar.finish();
             }
+        }
+        self.say_lines_left_out();
+    }
+
+    /// Once the run ends: how many output lines the display left out in all, so that every line
+    /// printed was shown or counted (the notes before later lines miss those left out last).
+    fn say_lines_left_out(&self) {
+        let left_out = crate::events::output_backlog::left_out();
+        if self.show_output && left_out > 0 {
+            self.line(format!(
+                "{left_out} output lines not shown in all: the display fell behind (the logs in \
+                 the run directory keep every line)"
+            ));
         }
     }
 }

@@ -27,6 +27,8 @@ pub(super) struct HostJob {
     /// Where SSH control sockets live (one short-named folder per run).
     pub control_dir: PathBuf,
     pub open: OpenTransports,
+    /// Why the run is stopping, once it is (see `HostCtx::stopping`).
+    pub stopping: Arc<std::sync::OnceLock<String>>,
     /// What is left to do on the host (everything in a new run): one per server variant, in
     /// the order they run, or one without variants.
     pub works: Vec<Arc<HostWork>>,
@@ -73,13 +75,13 @@ impl HostJob {
         };
         let transport = Transport::connect(&self.host, spec, config.inventory.known_hosts, &self.control_dir)
             .await
-            .map_err(fail("connect"))?;
+            .map_err(fail(super::CONNECT))?;
         let transport = Arc::new(transport);
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
         // One round trip: what the login shell prints, and the host's facts.
-        let facts = gather_facts(&transport).await.map_err(fail("connect"))?;
+        let facts = gather_facts(&transport).await.map_err(fail(super::CONNECT))?;
         self.report_login_noise(&transport);
         self.emit(Event::HostConnected {
             host: self.host.clone(),
@@ -103,6 +105,7 @@ impl HostJob {
             variant: None,
             gpu_source: gpu_source(spec, &facts),
             slo: config.slo.clone(),
+            stopping: self.stopping.clone(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);

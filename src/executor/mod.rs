@@ -76,9 +76,15 @@ fn begin(config: &Config, start: Start) -> Result<(RunDir, String, IndexMap<Stri
 pub struct RunOutcome {
     pub run_dir: PathBuf,
     pub status: Status,
-    /// One line per failed host: which step and why.
+    /// One line per failed host: which step and why (a host the interrupt stopped is not
+    /// failed: the run's end says it was interrupted).
     pub failures: Vec<String>,
+    /// Every host failed to connect: nothing ran, there is no table to show.
+    pub none_connected: bool,
 }
+
+/// The step a host that could not be reached failed at.
+pub(crate) const CONNECT: &str = "connect";
 
 /// Transports still open, so that Ctrl-C can close them after stopping the hosts' tasks.
 type OpenTransports = Arc<Mutex<Vec<Arc<Transport>>>>;
@@ -96,6 +102,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         .tempdir_in("/tmp")
         .context("cannot create a control directory in /tmp")?;
     let open: OpenTransports = Arc::default();
+    let stopping: Arc<std::sync::OnceLock<String>> = Arc::default();
     let forks = Arc::new(Semaphore::new(opts.forks.unwrap_or(config.hosts.len()).max(1)));
     let mut tasks = JoinSet::new();
     let mut kept_ok = true;
@@ -120,6 +127,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
             run_dir: run_path.clone(),
             control_dir: control_dir.path().to_path_buf(),
             open: open.clone(),
+            stopping: stopping.clone(),
         };
         let forks = forks.clone();
         tasks.spawn(async move {
@@ -128,7 +136,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         });
     }
 
-    let status = match wait_or_interrupt(&mut tasks, &tx, store_failed).await {
+    let status = match wait_or_interrupt(&mut tasks, &tx, store_failed, &stopping).await {
         Status::Ok if !kept_ok => Status::Failed,
         status => status,
     };
@@ -144,17 +152,21 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     let run_dir = store
         .join()
         .map_err(|_| anyhow::anyhow!("the run store stopped unexpectedly"))??;
-    let failures = run_dir
-        .manifest
-        .hosts
+    let hosts = &run_dir.manifest.hosts;
+    let none_connected = !hosts.is_empty()
+        && hosts
+            .values()
+            .all(|h| h.status == Some(Status::Failed) && h.failed_step.as_deref() == Some(CONNECT));
+    let failures = hosts
         .iter()
-        .filter(|(_, h)| h.status != Some(Status::Ok))
+        .filter(|(_, h)| h.status == Some(Status::Failed))
         .map(|(name, h)| summary_line(name, h))
         .collect();
     Ok(RunOutcome {
         run_dir: run_path,
         status,
         failures,
+        none_connected,
     })
 }
 
@@ -181,10 +193,12 @@ fn host_is_done(config: &Config, host: &str, works: &[(String, HostWork)], tx: &
 }
 
 /// Waits for every host, for Ctrl-C, or for the store to fail; returns how the run ended.
+/// `stopping` says why, before the hosts' tasks are dropped.
 async fn wait_or_interrupt(
     tasks: &mut JoinSet<Status>,
     tx: &EventSender,
     store_failed: oneshot::Receiver<()>,
+    stopping: &std::sync::OnceLock<String>,
 ) -> Status {
     let mut all_ok = true;
     let stopped = tokio::select! {
@@ -197,10 +211,15 @@ async fn wait_or_interrupt(
         Ok(()) = store_failed => Some(Status::Failed),
     };
     if let Some(status) = stopped {
-        // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
-        // the commands' process groups.
-        tasks.shutdown().await;
+        let why = match status {
+            Status::Interrupted => "cut short by the interrupt",
+            _ => "cut short: the run directory could not be written",
+        };
+        let _ = stopping.set(why.to_string());
         let _ = tx.send(Event::Interrupted);
+        // Dropping the hosts' tasks closes their channels; the wrappers on the hosts then kill
+        // the commands' process groups, and each point cut short is recorded lost.
+        tasks.shutdown().await;
         return status;
     }
     if all_ok {
@@ -231,7 +250,6 @@ async fn interrupted() {
 fn summary_line(name: &str, host: &crate::store::HostEntry) -> String {
     match (&host.failed_step, &host.error) {
         (Some(step), Some(error)) => format!("{name}: failed at {step}: {error}"),
-        _ if host.status == Some(Status::Failed) => format!("{name}: failed"),
-        _ => format!("{name}: interrupted"),
+        _ => format!("{name}: failed"),
     }
 }

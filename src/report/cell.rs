@@ -45,6 +45,16 @@ pub enum Cell {
     Failed {
         reason: String,
     },
+    /// The point's latest attempt was cut short by something other than its command: the
+    /// interrupt, or its host or connection gone.
+    Lost {
+        reason: String,
+    },
+    /// A planned point whose events say it finished ok but whose record could not be read
+    /// (records.jsonl damaged), with the reason.
+    RecordLost {
+        reason: String,
+    },
     /// A planned point that never ran on the host (it failed earlier, the run was
     /// interrupted), with the reason.
     NotRun {
@@ -101,7 +111,7 @@ pub struct Spread {
     pub n: usize,
     /// Coefficient of variation (None with one repetition or a mean of 0).
     pub cv: Option<f64>,
-    /// Repetitions excluded: invalid (`valid: false`) or failed.
+    /// Repetitions excluded: invalid (`valid: false`), failed or lost.
     pub excluded: usize,
     /// The coefficient of variation exceeds [`NOISY_CV`].
     pub noisy: bool,
@@ -153,7 +163,7 @@ impl Spread {
         }
         if self.excluded > 0 {
             parts.push(format!(
-                "{} of {} repetitions invalid or failed, excluded",
+                "{} of {} repetitions invalid, failed or lost, excluded",
                 self.excluded,
                 self.excluded + self.n
             ));
@@ -264,8 +274,10 @@ impl Cell {
             Cell::Invalid { reason, .. } => format!("invalid: {reason}"),
             Cell::Skipped { reason } => format!("skipped: {reason}"),
             Cell::Failed { reason } => format!("FAILED: {reason}"),
+            Cell::Lost { reason } => format!("lost: {reason}"),
             Cell::NotRun { reason } => format!("not run: {reason}"),
             Cell::Unknown { reason } => format!("unknown: {reason}"),
+            Cell::RecordLost { reason } => format!("ok, record lost: {reason}"),
             Cell::Missing => "—".to_string(),
             Cell::Label { text } => text.clone(),
             Cell::Check { met: true } => "met".to_string(),
@@ -294,7 +306,9 @@ impl Cell {
             } => Some((self.text(), judged_by(test.as_ref()))),
             Cell::Skipped { reason } => Some(("skipped".into(), reason.clone())),
             Cell::Failed { reason } => Some(("FAILED".into(), reason.clone())),
+            Cell::Lost { reason } => Some(("lost".into(), format!("lost: {reason}"))),
             Cell::NotRun { reason } => Some(("not run".into(), format!("not run: {reason}"))),
+            Cell::RecordLost { reason } => Some(("ok, record lost".into(), reason.clone())),
             Cell::Invalid { reason, .. } => Some(("invalid".into(), format!("invalid: {reason}"))),
             Cell::Unknown { reason } => Some(("unknown".into(), format!("unknown: {reason}"))),
             Cell::Value {
@@ -414,7 +428,7 @@ fn repeated(records: &[&Record], repetitions: &[u32], metric: &str) -> Cell {
     let values: Vec<f64> = cells.iter().filter_map(Cell::number).collect();
     let excluded = cells
         .iter()
-        .filter(|c| matches!(c, Cell::Invalid { .. } | Cell::Failed { .. }))
+        .filter(|c| matches!(c, Cell::Invalid { .. } | Cell::Failed { .. } | Cell::Lost { .. }))
         .count();
     match Summary::of(&values) {
         Some(summary) => Cell::Value {
@@ -457,10 +471,13 @@ fn single(records: &[&Record], metric: &str) -> Cell {
             reason: reason.to_string(),
         };
     }
-    match records.iter().find(|r| r.status == RecordStatus::Failed) {
-        Some(r) => Cell::Failed {
-            reason: r.reason.clone().unwrap_or_default(),
-        },
+    let reason = |r: &&&Record| r.reason.clone().unwrap_or_default();
+    match records
+        .iter()
+        .find(|r| matches!(r.status, RecordStatus::Failed | RecordStatus::Lost))
+    {
+        Some(r) if r.status == RecordStatus::Lost => Cell::Lost { reason: reason(&r) },
+        Some(r) => Cell::Failed { reason: reason(&r) },
         None => Cell::Missing,
     }
 }
@@ -548,7 +565,7 @@ mod tests {
         assert!((s.ci95.unwrap() - 4.968).abs() < 1e-3, "{s:?}");
         assert_eq!(c.text(), "102 ± 4.97");
         let (_, why) = c.note().unwrap();
-        assert_eq!(why, "2 of 5 repetitions invalid or failed, excluded");
+        assert_eq!(why, "2 of 5 repetitions invalid, failed or lost, excluded");
         let all_bad: Vec<&Record> = refs.iter().copied().filter(|r| r.repetition % 2 == 0).collect();
         assert!(
             matches!(cell(Some(&all_bad), "x"), Cell::Invalid { .. }),

@@ -455,6 +455,8 @@ mod tests {
             "started_at": "2026-01-01T00:00:00Z", "finished_at": null, "status": "ok", "hosts": {},
         });
         Run {
+            history: Default::default(),
+            unreadable_records: 0,
             manifest: serde_json::from_value(manifest).unwrap(),
             records: Vec::new(),
             rerun: 0,

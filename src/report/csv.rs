@@ -177,6 +177,8 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
         ),
         Cell::Skipped { reason } => (String::new(), "skipped", reason.clone()),
         Cell::Failed { reason } => (String::new(), "failed", reason.clone()),
+        Cell::Lost { reason } => (String::new(), "lost", reason.clone()),
+        Cell::RecordLost { reason } => (String::new(), "record lost", reason.clone()),
         Cell::NotRun { reason } => (String::new(), "not run", reason.clone()),
         Cell::Unknown { reason } => (String::new(), "unknown", reason.clone()),
         Cell::Missing => (String::new(), "missing", String::new()),

@@ -4,7 +4,7 @@
 use super::cell::{cell, Cell};
 use super::metric_names::{pick_metrics, step_holds};
 use super::model::Grid;
-use super::planned::{not_run_reason, Planned};
+use super::planned::Planned;
 use super::references::Lookup;
 use super::slo::SloCapacity;
 use super::steps::{group, is_main_step, RowRecords, StepRecords};
@@ -88,8 +88,8 @@ impl<'a> RunTables<'a> {
     }
 
     /// The cell of `host` in one row of a step, checked against its reference when it has one;
-    /// `not run` with the reason for a planned point the host has no record of; unknown, saying
-    /// so, where no record of the step has the metric at all.
+    /// for a planned point the host has no record of, why (see [`Planned::absent`]); unknown,
+    /// saying so, where no record of the step has the metric at all.
     pub fn cell(
         &self,
         step: &StepRecords,
@@ -104,9 +104,9 @@ impl<'a> RunTables<'a> {
                 reason: format!("no record of step {} has {metric}", step.step_index + 1),
             },
             Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
-            None if self.planned.has(step.step_index, &step.step, label) => Cell::NotRun {
-                reason: not_run_reason(&self.run.manifest, host),
-            },
+            None if self.planned.has(step.step_index, &step.step, label) => {
+                self.planned.absent(self.run, host, step.step_index, label)
+            }
             None => value,
         }
     }

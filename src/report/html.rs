@@ -283,6 +283,8 @@ fn class(cell: &Cell) -> &'static str {
         Cell::Invalid { .. } => "invalid",
         Cell::Skipped { .. } => "skipped",
         Cell::Failed { .. } => "failed",
+        Cell::Lost { .. } => "lost",
+        Cell::RecordLost { .. } => "missing",
         Cell::NotRun { .. } => "notrun",
         Cell::Unknown { .. } => "unknown",
         Cell::Missing => "missing",

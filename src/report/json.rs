@@ -181,6 +181,13 @@ enum CellJson<'a> {
     Failed {
         reason: &'a str,
     },
+    Lost {
+        reason: &'a str,
+    },
+    #[serde(rename = "record lost")]
+    RecordLost {
+        reason: &'a str,
+    },
     #[serde(rename = "not run")]
     NotRun {
         reason: &'a str,
@@ -233,6 +240,8 @@ impl CellJson<'_> {
             },
             Cell::Skipped { reason } => CellJson::Skipped { reason },
             Cell::Failed { reason } => CellJson::Failed { reason },
+            Cell::Lost { reason } => CellJson::Lost { reason },
+            Cell::RecordLost { reason } => CellJson::RecordLost { reason },
             Cell::NotRun { reason } => CellJson::NotRun { reason },
             Cell::Unknown { reason } => CellJson::Unknown { reason },
             Cell::Missing => CellJson::Missing,

@@ -41,7 +41,7 @@ pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};
 
 use crate::events::Record;
-use crate::store::{read_records, Manifest};
+use crate::store::{read_events, read_records, Manifest};
 
 /// The metric shown when the user names none and the records have it.
 pub const DEFAULT_METRIC: &str = "output_throughput";
@@ -64,6 +64,11 @@ pub struct Run {
     pub rerun: usize,
     /// Where it was read from, for the command that resumes it.
     pub dir: std::path::PathBuf,
+    /// What its journal (events.jsonl) says happened to each column's points: how a point
+    /// whose record line is unreadable ended.
+    pub history: std::collections::HashMap<String, crate::resume::HostHistory>,
+    /// Lines of records.jsonl that could not be read (each warned about).
+    pub unreadable_records: usize,
 }
 
 impl Run {
@@ -71,7 +76,7 @@ impl Run {
     /// server variant), which is what every table, chart and ratio compares; energy per token
     /// that an earlier rigrun took over mismatched windows is withdrawn, with the reason.
     pub fn open(dir: &Path) -> Result<Run> {
-        let (manifest, mut records) = read_records(dir)?;
+        let (manifest, mut records, unreadable_records) = read_records(dir)?;
         for record in records.iter_mut() {
             if record.variant.is_some() {
                 record.host = record.column();
@@ -79,11 +84,14 @@ impl Run {
             crate::telemetry::summary::withdraw_mismatched(&mut record.metrics);
         }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
+        let history = crate::resume::history::read(&read_events(dir).unwrap_or_default());
         Ok(Run {
             manifest,
             records,
             rerun,
             dir: dir.to_path_buf(),
+            history,
+            unreadable_records,
         })
     }
 

@@ -1,18 +1,28 @@
-//! The sweep points a run planned, read back from the playbook its manifest keeps, so that a
-//! point that never ran (its host failed earlier, the run was interrupted) is shown as
-//! `not run` with the reason rather than left out.
+//! The sweep points a run planned, read back from the playbook and inventory its manifest keeps,
+//! so that every planned point has a row, in the plan's order, and a point without a record
+//! says why: skipped by the plan (`skip_if`, known before anything ran), its end as the journal
+//! tells it (its record line unreadable), or `not run` with the reason.
+
+use std::collections::HashMap;
 
 use indexmap::IndexMap;
 
+use super::cell::Cell;
 use super::steps::StepRecords;
+use super::Run;
 use crate::config::{Playbook, Step};
 use crate::events::Status;
 use crate::point;
+use crate::resume::Ended;
 use crate::store::Manifest;
 
-/// A run's sweeps as planned: (step index, step name) → the points by label, in order.
+/// A run's sweeps as planned: (step index, step name) → the points by label, in order; and the
+/// points the plan skips.
 pub struct Planned {
     sweeps: IndexMap<(usize, String), IndexMap<String, point::Values>>,
+    /// (column, step index, point label) → why `skip_if` skips it, for the points whose skip
+    /// the plan knows (not those that wait for what the run learns).
+    skips: HashMap<(String, usize, String), String>,
 }
 
 impl Planned {
@@ -35,7 +45,10 @@ impl Planned {
                 _ => None,
             })
             .collect();
-        Planned { sweeps }
+        let skips = crate::resume::kept_config(manifest)
+            .map(|config| crate::resume::planned_skips(&config, &manifest.run_id))
+            .unwrap_or_default();
+        Planned { sweeps, skips }
     }
 
     /// Whether `label` is a planned point of step `index`.
@@ -53,8 +66,9 @@ impl Planned {
             .flat_map(|points| points.values())
     }
 
-    /// Adds to `steps` the planned points (and whole sweeps) no record names, as rows without
-    /// records, after those that have some; sweeps in step order.
+    /// Adds to `steps` the planned points (and whole sweeps) no record names, and puts each
+    /// sweep's rows in the plan's order (a point run again later, `--redo-failed`, keeps its
+    /// place; the rows of a point's several records stay under it); sweeps in step order.
     pub fn add_rows<'a>(&self, steps: &mut Vec<StepRecords<'a>>) {
         for ((index, name), points) in &self.sweeps {
             let at = steps
@@ -78,8 +92,62 @@ impl Planned {
             for label in points.keys() {
                 steps[at].rows.entry(label.clone()).or_default();
             }
+            let place = |row: &String| plan_place(points, row);
+            steps[at].rows.sort_by(|a, _, b, _| place(a).cmp(&place(b)));
         }
     }
+
+    /// The cell of a planned point of step `index` that `column` has no record of: skipped
+    /// when the plan skips it; how it ended when the journal says it finished (its record line
+    /// was lost: a damaged records.jsonl); else `not run` with the reason.
+    pub fn absent(&self, run: &Run, column: &str, index: usize, label: &str) -> Cell {
+        let key = (column.to_string(), index, label.to_string());
+        if let Some(reason) = self.skips.get(&key) {
+            return Cell::Skipped {
+                reason: reason.clone(),
+            };
+        }
+        let ended = run
+            .history
+            .get(column)
+            .and_then(|h| h.point(index, label, 1))
+            .and_then(|p| p.ended.clone());
+        match ended {
+            Some(Ended::Ok { .. }) if run.unreadable_records > 0 => Cell::RecordLost {
+                reason: format!(
+                    "events.jsonl says it finished ok, but its record could not be read: \
+                     records.jsonl has {} unreadable line(s) (see the warnings)",
+                    run.unreadable_records
+                ),
+            },
+            // It ran and printed no record.
+            Some(Ended::Ok { .. }) => Cell::Missing,
+            Some(Ended::Failed { reason }) => Cell::Failed { reason },
+            Some(Ended::Lost { reason }) => Cell::Lost { reason },
+            Some(Ended::Skipped) => Cell::Skipped {
+                reason: "skipped (its record could not be read)".into(),
+            },
+            None => Cell::NotRun {
+                reason: not_run_reason(&run.manifest, column),
+            },
+        }
+    }
+}
+
+/// Where `row` goes in a sweep planned as `labels`: its point's place (a point's later records,
+/// `<point> max_concurrency=4`, with it); rows of no planned point last, in their order.
+fn plan_place(points: &IndexMap<String, point::Values>, row: &str) -> usize {
+    points.get_index_of(row).unwrap_or_else(|| {
+        points
+            .keys()
+            .enumerate()
+            .filter(|(_, l)| {
+                row.strip_prefix(l.as_str())
+                    .is_some_and(|rest| rest.starts_with(' '))
+            })
+            .max_by_key(|(_, l)| l.len())
+            .map_or(usize::MAX, |(i, _)| i)
+    })
 }
 
 /// Why `host` did not run a point of step `index`: its host failed (at that step or before),
@@ -96,5 +164,21 @@ pub fn not_run_reason(manifest: &Manifest, column: &str) -> String {
         _ if manifest.status == Status::Running => "not run yet: the run is still going".into(),
         _ if manifest.status == Status::Interrupted => "the run was interrupted".into(),
         _ => "it did not run".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_go_in_the_plans_order_with_a_points_later_records_under_it() {
+        let points: IndexMap<String, point::Values> = ["n=1", "n=2", "n=10"]
+            .iter()
+            .map(|s| (s.to_string(), point::Values::default()))
+            .collect();
+        let mut rows = vec!["n=10", "n=2 max_concurrency=4", "n=1", "n=2", "other"];
+        rows.sort_by_key(|r| plan_place(&points, r));
+        assert_eq!(rows, ["n=1", "n=2 max_concurrency=4", "n=2", "n=10", "other"]);
     }
 }

@@ -271,6 +271,8 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
                     Cell::Failed { reason } => Outcome::stopped("failed", reason),
                     Cell::Invalid { reason, .. } => Outcome::stopped("invalid", reason),
                     Cell::Missing
+                    | Cell::Lost { .. }
+                    | Cell::RecordLost { .. }
                     | Cell::NotRun { .. }
                     | Cell::Unknown { .. }
                     | Cell::Label { .. }

@@ -16,6 +16,11 @@ pub enum Ended {
         reason: String,
     },
     Skipped,
+    /// Cut short by something other than its command (the interrupt, a lost host); runs written
+    /// before the status said `failed` for it.
+    Lost {
+        reason: String,
+    },
 }
 
 /// A point's latest attempt: its number, and how it ended (None: started, never finished).
@@ -145,6 +150,9 @@ impl HostHistory {
                 reason: reason.unwrap_or_default(),
             },
             RecordStatus::Skipped => Ended::Skipped,
+            RecordStatus::Lost => Ended::Lost {
+                reason: reason.unwrap_or_default(),
+            },
         });
     }
 }

@@ -3,7 +3,7 @@
 //! work (`work.rs`): which steps run again and which sweep points run as which attempt. A new
 //! run asks the same questions of an empty history, so there is one way steps and points run.
 
-mod history;
+pub mod history;
 mod reload;
 mod work;
 
@@ -12,6 +12,8 @@ use std::path::Path;
 use anyhow::Result;
 use indexmap::IndexMap;
 
+pub use history::{Ended, HostHistory};
+pub use reload::{kept as kept_config, planned_skips};
 pub use work::{HostWork, Kept, PointWork};
 
 use crate::config::Config;
@@ -43,15 +45,42 @@ impl Resumed {
         self.work.values().all(HostWork::is_done)
     }
 
-    /// One line per host: what runs on it now.
+    /// What the resume will do, said once before it starts: a headline (`resuming <run>: 3
+    /// points left on blackwell, nothing left on a6000`), then a line per point cut short, saying
+    /// how it runs now.
     pub fn describe(&self) -> Vec<String> {
-        self.work
+        let id = &self.dir.manifest.run_id;
+        if self.is_done() {
+            return vec![format!(
+                "resuming {id}: nothing left to run; its failed points stand (--redo-failed runs \
+                 them again, --redo-invalid the invalid ones)"
+            )];
+        }
+        let skips = reload::planned_skips(&self.config, id);
+        let left: Vec<String> = self
+            .work
             .iter()
-            .map(|(host, work)| match work.is_done() {
-                true => format!("{host}: nothing left to run"),
-                false => format!("{host}: {} sweep points to run", work.points_to_run(&self.config)),
+            .map(|(key, work)| {
+                let skipped =
+                    |i: usize, label: &str| skips.contains_key(&(key.clone(), i, label.to_string()));
+                (key, work.is_done(), work.points_to_run(&self.config, &skipped))
             })
-            .collect()
+            .map(|(key, done, points)| match (done, points) {
+                (true, _) => format!("nothing left on {key}"),
+                (false, 0) => format!("unfinished steps left on {key}"),
+                (false, 1) => format!("1 point left on {key}"),
+                (false, n) => format!("{n} points left on {key}"),
+            })
+            .collect();
+        let mut lines = vec![format!("resuming {id}: {}", left.join(", "))];
+        for (key, work) in &self.work {
+            lines.extend(
+                work.cut_short(&self.config)
+                    .into_iter()
+                    .map(|l| format!("  {key} {l}")),
+            );
+        }
+        lines
     }
 }
 

@@ -1,15 +1,18 @@
 //! The configuration of a run as it ran, for `rigrun run --resume`: the playbook and inventory
 //! kept in run.json, the `-e` values and hosts of the first run; and a refusal when the files
-//! have since changed in a way that changes what runs (steps, points, commands).
+//! have since changed in a way that changes what runs (steps, points, commands); and the sweep
+//! points its plan skips.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde_json::Value as Json;
 
-use crate::config::{Builtins, Config, LoadOptions};
+use crate::config::{Builtins, Config, HostVars, LoadOptions, Step};
 use crate::exit::Invalid;
 use crate::plan::{self, Plan};
+use crate::point;
 use crate::store::Manifest;
 
 /// At most this many differences are named when the files changed.
@@ -19,12 +22,7 @@ const NAMED_CHANGES: usize = 6;
 /// still are: an [`Invalid`] error names what changed when the plan differs.
 pub fn config_as_run(manifest: &Manifest) -> Result<Config> {
     let opts = options(manifest);
-    let kept = Config::from_text(
-        &opts,
-        manifest.playbook.source.clone(),
-        manifest.inventory.source.clone(),
-    )
-    .map_err(|e| {
+    let kept = kept(manifest).map_err(|e| {
         Invalid(format!(
             "the playbook and inventory kept in run.json no longer load with this rigrun:\n{e}"
         ))
@@ -67,6 +65,16 @@ pub fn config_as_run(manifest: &Manifest) -> Result<Config> {
         );
     }
     Ok(kept)
+}
+
+/// The configuration run.json keeps (its playbook and inventory with the first run's hosts,
+/// `-e` values and `--repeat`), whatever the files are now.
+pub fn kept(manifest: &Manifest) -> Result<Config, crate::config::ConfigErrors> {
+    Config::from_text(
+        &options(manifest),
+        manifest.playbook.source.clone(),
+        manifest.inventory.source.clone(),
+    )
 }
 
 /// The first run's command line, as its manifest records it.
@@ -184,4 +192,42 @@ fn list(items: &[&String]) -> String {
             n - 3
         ),
     }
+}
+
+/// Every sweep point the plan skips, per column (the host, or `host/variant` for each server
+/// variant): each sweep planned as the run planned it before connecting. A sweep whose
+/// `skip_if` waits for what the run learns (`server.*`) has no skips here.
+pub fn planned_skips(config: &Config, run_id: &str) -> HashMap<(String, usize, String), String> {
+    let builtins = Builtins {
+        run_id: run_id.to_string(),
+        rigrun: "rigrun".into(),
+    };
+    let mut skips = HashMap::new();
+    for host in &config.hosts {
+        let vars = config.host_vars(host, config.host(host).workdir(), &builtins);
+        let variants = plan::plan_variants(config, &vars).unwrap_or_default();
+        let columns: Vec<(String, HostVars)> = match variants.is_empty() {
+            true => vec![(host.clone(), vars.clone())],
+            false => variants
+                .iter()
+                .map(|v| (point::column(host, v.variant.name()), v.variant.vars(&vars)))
+                .collect(),
+        };
+        for (column, vars) in columns {
+            let mut later: HashSet<&str> = HashSet::new();
+            for (index, step) in config.playbook.steps.iter().enumerate() {
+                if let (Step::RunSweep(_), Ok(planned)) =
+                    (step, plan::plan_step(config, index, step, &vars, &later))
+                {
+                    for p in planned.action.points() {
+                        if let Some(reason) = &p.skip {
+                            skips.insert((column.clone(), index, p.label()), reason.clone());
+                        }
+                    }
+                }
+                later.extend(step.as_kind().provides());
+            }
+        }
+    }
+    skips
 }

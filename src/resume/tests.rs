@@ -152,7 +152,8 @@ fn a_cut_short_point_runs_again_as_the_same_attempt_and_measured_ones_stand() {
         "fetch-results collects what the sweep adds"
     );
     assert_eq!(w.step_attempt(0), 2);
-    assert_eq!(w.points_to_run(&config()), 2);
+    assert_eq!(w.points_to_run(&config(), &|_, _| false), 2);
+    assert_eq!(w.points_to_run(&config(), &|_, label| label == "n=3"), 1);
 }
 
 #[test]

@@ -120,7 +120,8 @@ impl HostWork {
     /// host is keyed by (run, step, point, attempt), so it is re-attached rather than
     /// started twice. A point whose latest attempt finished stands, unless it failed and
     /// `--redo-failed` was given, or was marked invalid and `--redo-invalid` was given: then
-    /// it runs as the next attempt. So does one cut short when its server was started anew.
+    /// it runs as the next attempt. So does one cut short when its server was started anew, and
+    /// one recorded lost (the interrupt, a lost host: its command is known to be stopped).
     pub fn point(&self, step: usize, label: &str, repetition: u32) -> PointWork {
         let Some(past) = self.past.point(step, label, repetition) else {
             return PointWork::Run { attempt: 1 };
@@ -142,18 +143,55 @@ impl HostWork {
                 reason: reason.clone(),
             }),
             Some(Ended::Skipped) => keep(Kept::Skipped),
+            Some(Ended::Lost { .. }) => next,
         }
     }
 
     /// How many sweep points (repetitions of them, in a repeated sweep) of the steps that run
-    /// will run, for the resume's first line.
-    pub fn points_to_run(&self, config: &Config) -> usize {
+    /// will run, for the resume's first line; those `skipped` (step index, label) says the plan
+    /// skips are not counted.
+    pub fn points_to_run(&self, config: &Config, skipped: &dyn Fn(usize, &str) -> bool) -> usize {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
             .flat_map(|(i, step)| units(step, self.repeat).into_iter().map(move |u| (i, u)))
             .filter(|(i, (label, r))| matches!(self.point(*i, label, *r), PointWork::Run { .. }))
+            .filter(|(i, (label, _))| !skipped(*i, label))
             .count()
+    }
+
+    /// The points of the steps that run whose latest attempt was cut short, each with how it
+    /// runs now: `run-sweep n=2: cut short by the interrupt; runs again as attempt 2`.
+    pub fn cut_short(&self, config: &Config) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (i, step) in config.playbook.steps.iter().enumerate() {
+            if !self.runs_step(i) {
+                continue;
+            }
+            for (label, r) in units(step, self.repeat) {
+                let shown = match r {
+                    1 => label.clone(),
+                    r => format!("{label} (repetition {r})"),
+                };
+                let how = match (self.past.point(i, &label, r), self.point(i, &label, r)) {
+                    (Some(past), PointWork::Run { attempt }) => match &past.ended {
+                        None if attempt == past.attempt => format!(
+                            "was cut short (rigrun stopped without a word); runs again as attempt \
+                             {attempt}, its command re-attached if it still runs on the host"
+                        ),
+                        None => format!("was cut short; runs again as attempt {attempt}"),
+                        Some(Ended::Lost { reason }) => {
+                            let reason = reason.split("; runs again as").next().unwrap_or_default();
+                            format!("{reason}; runs again as attempt {attempt}")
+                        }
+                        Some(_) => continue,
+                    },
+                    _ => continue,
+                };
+                lines.push(format!("{} {shown}: {how}", step.display_name()));
+            }
+        }
+        lines
     }
 
     /// How the host stands when nothing is left to run on it: ok, or failed at its first step

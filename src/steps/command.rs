@@ -107,8 +107,9 @@ pub async fn run_logged(
         command,
         timeout,
     };
+    // The connection lost and got back: said once (a host lost for good fails with the reason).
     let mut on_warning = |message: String| {
-        ctx.emit(Event::Warning {
+        ctx.emit(Event::Notice {
             host: ctx.host.clone(),
             message: format!("{label}: {message}"),
         })

@@ -58,6 +58,9 @@ pub struct HostCtx {
     pub variant: Option<Variant>,
     /// The playbook's latency limits, handed to sweep commands (see `slo::SLO_ENV`).
     pub slo: crate::config::slo::Slo,
+    /// Why the run is stopping, set before the hosts' tasks are dropped: what a point cut short
+    /// is recorded with (`cut short by the interrupt`).
+    pub stopping: Arc<std::sync::OnceLock<String>>,
 }
 
 /// What a step reports when it ends.

@@ -1,7 +1,8 @@
 //! `run-sweep`: the command once per matrix point. Every stdout line that is a JSON object becomes
 //! a record the moment it arrives; a failed point is recorded with its exit code and stderr tail.
 //! Each run of a point is an attempt (numbered in its records and events): a failed attempt is
-//! retried when the step says `retries: N`, a lost host's once. A sweep with `repeat: N` runs
+//! retried when the step says `retries: N`, a lost one (the host or its connection went away)
+//! once. A sweep with `repeat: N` runs
 //! each point N times, in the plan's order (see `RunSweepPlan::runs`); each repetition has its
 //! own attempts, records, logs and job. A resumed run runs only the (point, repetition) pairs
 //! its host's work names (see `crate::resume`).
@@ -216,9 +217,11 @@ impl Attempts<'_> {
 }
 
 /// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
-/// [`backoff`] between attempts); a lost connection is run again once as a new attempt, and
-/// lost a second time ends the host (the error). Every attempt that does not end the point is
-/// recorded failed, with its reason and what comes next.
+/// [`backoff`] between attempts; the host's disk full fails it too); lost (its command stopped or
+/// gone on the host) it runs again once as a new attempt, and lost a second time, or with a
+/// connection that could not be got back, ends the host (the error). Every attempt that does
+/// not end the point is recorded, failed or lost, with its reason and what comes next; one cut
+/// short by the interrupt is recorded lost as it is dropped (see [`CutShort`]).
 async fn run_point(
     ctx: &HostCtx,
     (step, watch): (&PlannedStep, &Watch),
@@ -242,15 +245,33 @@ async fn run_point(
         let this = (label.clone(), at.run(attempt));
         let job = format!("{}{}", ctx.job_prefix(), at.job(step.index, attempt));
         let log_base = at.log_base(&label, attempt);
+        let cut_short = CutShort {
+            ctx,
+            step,
+            point,
+            at: &this,
+            started,
+        };
         let ended = run_attempt(ctx, (step, watch), point, &log_base, &job, at.run(attempt)).await;
+        std::mem::forget(cut_short);
         let (why, end) = match ended {
-            Err(e) if crate::transport::is_lost(&e) && !rerun_lost => {
+            Err(e) if crate::transport::is_lost(&e) => {
+                // A connection that could not be got back ends the host: nothing to run again on.
+                let last = rerun_lost || ctx.transport.gave_up();
+                let why = match last {
+                    true => format!("{e:#}"),
+                    false => format!("{e:#}; runs again as attempt {}", attempt + 1),
+                };
+                finish_attempt(ctx, (step, point, &this), RecordStatus::Lost, &why, None, started);
+                if last {
+                    return Err(e.context(format!("{} {label}", step.name)));
+                }
                 rerun_lost = true;
-                let why = format!("the host was lost ({e:#}); run again as attempt {}", attempt + 1);
-                failed(ctx, step, point, &this, &why, None, started);
                 attempt += 1;
                 continue;
             }
+            // The point fails, not the host: the next point may find room again.
+            Err(e) if crate::transport::is_disk_full(&e) => (format!("{e:#}"), None),
             Err(e) => return Err(e),
             Ok(end) => match end.failure(step.timeout) {
                 None => {
@@ -262,11 +283,12 @@ async fn run_point(
                     finish_point(ctx, step, &this, end, started);
                     return Ok(Outcome::Ok);
                 }
-                Some(why) => (why, end),
+                Some(why) => (why, Some(end)),
             },
         };
+        let failed = (step, point, &this);
         if retried == plan.retries {
-            failed(ctx, step, point, &this, &why, Some(&end), started);
+            finish_attempt(ctx, failed, RecordStatus::Failed, &why, end.as_ref(), started);
             return Ok(Outcome::Failed {
                 reason: why,
                 fresh: true,
@@ -280,9 +302,33 @@ async fn run_point(
             super::human(wait),
             attempt + 1
         );
-        failed(ctx, step, point, &this, &next, Some(&end), started);
+        finish_attempt(ctx, failed, RecordStatus::Failed, &next, end.as_ref(), started);
         tokio::time::sleep(wait).await;
         attempt += 1;
+    }
+}
+
+/// An attempt in flight: dropped before it ended (the host's task stopped by Ctrl-C, SIGTERM
+/// or SIGHUP; the host's command is told to stop as its follower drops), it records the attempt
+/// lost with why the run stopped (`HostCtx::stopping`), so that the tables say what happened and
+/// a resume runs the point as its next attempt. Forgotten once the attempt ended.
+struct CutShort<'a> {
+    ctx: &'a HostCtx,
+    step: &'a PlannedStep,
+    point: &'a Point,
+    at: &'a (String, PointRun),
+    started: Instant,
+}
+
+impl Drop for CutShort<'_> {
+    fn drop(&mut self) {
+        let why = match (std::thread::panicking(), self.ctx.stopping.get()) {
+            (true, _) => "cut short: rigrun failed while it ran (see the error it printed)",
+            (false, Some(why)) => why,
+            (false, None) => "cut short",
+        };
+        let at = (self.step, self.point, self.at);
+        finish_attempt(self.ctx, at, RecordStatus::Lost, why, None, self.started);
     }
 }
 
@@ -377,13 +423,12 @@ async fn run_attempt(
     ended
 }
 
-/// An attempt that failed: recorded with its exit code and stderr tail (when the command ran)
-/// and `why`.
-fn failed(
+/// An attempt that did not end the point well, `status` failed or lost: recorded with `why`
+/// and, when the command ran, its exit code and stderr tail.
+fn finish_attempt(
     ctx: &HostCtx,
-    step: &PlannedStep,
-    point: &Point,
-    at: &(String, PointRun),
+    (step, point, at): (&PlannedStep, &Point, &(String, PointRun)),
+    status: RecordStatus,
     why: &str,
     end: Option<&CommandEnd>,
     started: Instant,
@@ -396,16 +441,9 @@ fn failed(
         metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
     }
     let reason = Some(why.to_string());
-    ctx.record(
-        step,
-        &point.values,
-        at.1,
-        metrics,
-        RecordStatus::Failed,
-        reason.clone(),
-    );
+    ctx.record(step, &point.values, at.1, metrics, status, reason.clone());
     let end = PointEnd {
-        status: RecordStatus::Failed,
+        status,
         exit_code: end.and_then(|e| e.exit_code),
         reason,
     };

@@ -280,53 +280,57 @@ fn cut_partial_line(path: &Path) -> Result<u64> {
     Ok(bytes[..whole].iter().filter(|&&b| b == b'\n').count() as u64)
 }
 
-/// Every event of a run's journal that can be read, in order (a damaged line is passed over).
+/// Every event of a run's journal that can be read, in order. A line that is not an event (cut
+/// short by a full disk, a crash or a kill mid-write, or garbled) is skipped with a warning on
+/// stderr naming the file and line, as [`read_records`] does.
 pub fn read_events(dir: &Path) -> Result<Vec<Event>> {
     let path = dir.join("events.jsonl");
     let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let events = BufReader::new(file)
-        .split(b'\n')
-        .map_while(Result::ok)
-        .filter_map(|line| serde_json::from_slice::<Event>(&line).ok())
-        .collect();
+    let (events, skipped) = parse_lines::<Event>(BufReader::new(file));
+    for (line, why) in &skipped {
+        eprintln!(
+            "warning: {}:{line}: not an event ({why}); skipped, everything else is read",
+            path.display()
+        );
+    }
     Ok(events)
 }
 
 /// Reads `records.jsonl`. A line that is not a record (cut short by a full disk, a crash or a
 /// kill mid-write, or garbled) is skipped with a warning on stderr naming the file and line;
-/// everything intact is read.
-pub fn read_records(dir: &Path) -> Result<(Manifest, Vec<Record>)> {
+/// everything intact is read. Returns the manifest, the records and how many lines were skipped.
+pub fn read_records(dir: &Path) -> Result<(Manifest, Vec<Record>, usize)> {
     let manifest = read_manifest(dir)?;
     let path = dir.join("records.jsonl");
     let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let (records, skipped) = parse_records(BufReader::new(file));
-    for (line, why) in skipped {
+    let (records, skipped) = parse_lines::<Record>(BufReader::new(file));
+    for (line, why) in &skipped {
         eprintln!(
             "warning: {}:{line}: not a record ({why}); skipped, everything else is read",
             path.display()
         );
     }
-    Ok((manifest, records))
+    Ok((manifest, records, skipped.len()))
 }
 
-/// The records of a journal, and the lines (1-based) that are not records, with why.
-fn parse_records(reader: impl BufRead) -> (Vec<Record>, Vec<(usize, String)>) {
-    let (mut records, mut skipped) = (Vec::new(), Vec::new());
+/// The items (records, events) of a journal, and the lines (1-based) that are not, with why.
+fn parse_lines<T: serde::de::DeserializeOwned>(reader: impl BufRead) -> (Vec<T>, Vec<(usize, String)>) {
+    let (mut items, mut skipped) = (Vec::new(), Vec::new());
     for (n, line) in reader.split(b'\n').enumerate() {
         let parsed = line
             .map_err(|e| e.to_string())
-            .and_then(|bytes| serde_json::from_slice::<Option<Record>>(&bytes).or_else(|e| blank(&bytes, e)));
+            .and_then(|bytes| serde_json::from_slice::<Option<T>>(&bytes).or_else(|e| blank(&bytes, e)));
         match parsed {
-            Ok(Some(record)) => records.push(record),
+            Ok(Some(item)) => items.push(item),
             Ok(None) => {}
             Err(why) => skipped.push((n + 1, why)),
         }
     }
-    (records, skipped)
+    (items, skipped)
 }
 
-/// An empty or blank line is no record and no damage either.
-fn blank(bytes: &[u8], error: serde_json::Error) -> Result<Option<Record>, String> {
+/// An empty or blank line is no item and no damage either.
+fn blank<T>(bytes: &[u8], error: serde_json::Error) -> Result<Option<T>, String> {
     match bytes.iter().all(u8::is_ascii_whitespace) {
         true => Ok(None),
         false => Err(error.to_string()),
@@ -393,7 +397,7 @@ mod tests {
         let mut journal = format!("{good}\n\n{{\"run\":\"r\",\"ho\n").into_bytes();
         journal.extend_from_slice(b"\0\xffgarbage\n");
         journal.extend_from_slice(format!("{good}\n{}", &good[..40]).as_bytes());
-        let (records, skipped) = parse_records(journal.as_slice());
+        let (records, skipped) = parse_lines::<Record>(journal.as_slice());
         assert_eq!(records.len(), 2);
         let lines: Vec<usize> = skipped.iter().map(|(n, _)| *n).collect();
         assert_eq!(lines, [3, 4, 6], "{skipped:?}");

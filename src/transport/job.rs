@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::channel::Channel;
 use super::wrapper::{self, carry, Output, Stream, StreamReader};
-use super::{Link, Lost, Transport};
+use super::{DiskFull, Link, Lost, Transport};
 use crate::config::HostSpec;
 
 const JOB: &str = include_str!("job.sh");
@@ -74,6 +74,12 @@ impl Jobs {
         self.dir.get().cloned()
     }
 
+    /// The host's workdir the jobs folder is in (`<workdir>/.rigrun/jobs/...`), for messages.
+    fn workdir(&self) -> String {
+        let dir = self.dir().unwrap_or_default();
+        dir.split("/.rigrun/jobs/").next().unwrap_or_default().to_string()
+    }
+
     fn lease_secs(&self) -> String {
         self.lease.as_secs().to_string()
     }
@@ -117,6 +123,12 @@ impl Transport {
         }
     }
 
+    /// Whether the connection could not be got back within `reconnect_for`: the host stays
+    /// lost for the rest of the run.
+    pub fn gave_up(&self) -> bool {
+        self.jobs.given_up.get().is_some()
+    }
+
     /// Runs `job` detached on the host and follows it to its end, through lost connections
     /// (each said through `on_warning`) for as long as the host's `reconnect_for` allows.
     /// A lost host, or a command that vanished there, is a [`Lost`] error.
@@ -148,28 +160,31 @@ impl Transport {
                     self.jobs.unfinished(job.name, false);
                     readers[0].finish(Stream::Stdout, on_output);
                     readers[1].finish(Stream::Stderr, on_output);
-                    return self.ending(job, &trailer);
+                    return self.ending(&trailer);
                 }
                 Ok(None) => "the channel closed before the command's end".to_string(),
                 Err(e) if matches!(self.link, Link::Local(_)) => return Err(e),
                 Err(e) => format!("{e:#}"),
             };
+            // The link may have been dead for up to `unnoticed` already: the host fails at most
+            // `reconnect_for` after it went down, not after rigrun noticed.
             let lost_at = Instant::now();
+            let unnoticed = self.unnoticed_for();
             on_warning(format!(
-                "lost the connection while `{}` ran ({broke}); reconnecting for up to {} while it goes on on the host",
-                job.name,
+                "lost the connection while the command ran ({broke}); reconnecting while it goes on on the host \
+                 (the host fails if the connection is not back within reconnect_for, {}, of going down)",
                 humantime::format_duration(self.jobs.reconnect_for)
             ));
-            if let Err(gone) = self.reconnect(lost_at + self.jobs.reconnect_for).await {
+            let until = lost_at + self.jobs.reconnect_for.saturating_sub(unnoticed);
+            if let Err(gone) = self.reconnect(until).await {
                 // The host stays lost for the rest of the run: what still asks for it fails at
                 // once instead of waiting out `reconnect_for` again.
                 let _ = self.jobs.given_up.set(format!("{gone:#}"));
                 return Err(gone);
             }
             on_warning(format!(
-                "reconnected after {:.1}s; following `{}` from byte {} of its stdout and {} of its stderr",
+                "reconnected after {:.1}s; following the command from byte {} of its stdout and {} of its stderr",
                 lost_at.elapsed().as_secs_f64(),
-                job.name,
                 readers[0].content_bytes,
                 readers[1].content_bytes
             ));
@@ -232,7 +247,7 @@ impl Transport {
     }
 
     /// What the end marker's trailer says: an exit code, a stop, or why the job is no more.
-    fn ending(&self, job: &Job<'_>, trailer: &str) -> Result<JobEnd> {
+    fn ending(&self, trailer: &str) -> Result<JobEnd> {
         let host = &self.jobs.host;
         if let Ok(code) = trailer.parse() {
             return Ok(JobEnd::Exited(code));
@@ -241,17 +256,22 @@ impl Transport {
         match trailer.split_once(' ').unwrap_or((trailer, "")) {
             ("stopped", "timeout") => Ok(JobEnd::TimedOut),
             ("stopped", "lease") => lost(format!(
-                "{host} stopped `{}` by itself: rigrun was out of touch for longer than the lease ({})",
-                job.name,
+                "{host} stopped the command by itself: rigrun was out of touch for longer than the lease ({})",
                 humantime::format_duration(self.jobs.lease)
             )),
-            ("stopped", why) => lost(format!("`{}` was stopped on {host} ({why})", job.name)),
+            ("stopped", "interrupted") => lost(format!("the command was stopped on {host} by an interrupt")),
+            ("stopped", why) => lost(format!("the command was stopped on {host} ({why})")),
+            ("full", _) => Err(anyhow!(DiskFull {
+                reason: format!(
+                    "the host's disk is full at {} (No space left on device)",
+                    self.jobs.workdir()
+                ),
+            })),
             ("gone", _) => lost(format!(
-                "`{}` is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)",
-                job.name
+                "the command is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)"
             )),
-            ("error", why) => bail!("cannot run `{}` on {host}: {why}", job.name),
-            _ => bail!("`{}` on {host} ended with `{trailer}`, which rigrun does not understand", job.name),
+            ("error", why) => bail!("cannot run the command on {host}: {why}"),
+            _ => bail!("the command on {host} ended with `{trailer}`, which rigrun does not understand"),
         }
     }
 

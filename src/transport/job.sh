@@ -3,7 +3,7 @@
 # $5 what stdin's end means (stop: this machine; keep: SSH, where it may be a lost connection)
 # $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or a stop's reason
 # $9 the lease in seconds  $10 (end) how long TERM may take, in tenths of a second
-m=$4; j=$2/$3
+m=$4; d=$2; j=$2/$3
 printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
 finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
@@ -19,7 +19,7 @@ alive() {
 }
 stop() {
   group; [ -n "$p" ] || return 0
-  [ -s "$j.rc" ] || echo "$1" > "$j.stopped"
+  [ -s "$j.rc" ] || { echo "$1" > "$j.stopped"; } 2>/dev/null
   kill -TERM -"$p" 2>/dev/null || return 0
   n=0; while ${live:-exists} && [ "$n" -lt "${grace:-20}" ]; do sleep 0.1; n=$((n+1)); done
   kill -KILL -"$p" 2>/dev/null; return 0
@@ -37,9 +37,14 @@ gpu_free() {
     sleep 1; n=$((n+1))
   done
 }
+# Whether the disk holding the jobs folder is full (what a write there failed of, then).
+full() { a=$(df -P "$d" 2>/dev/null | awk 'NR == 2 { print $4 }'); [ "$a" = 0 ]; }
+# A write in the jobs folder failed: the disk is full, or $1 says what else.
+unwritable() { if full; then finish full; else finish "error $1"; fi; }
 outcome() {
   if [ -s "$j.rc" ]; then read -r rc < "$j.rc"
   elif [ -s "$j.stopped" ]; then read -r rc < "$j.stopped"; rc="stopped $rc"
+  elif full; then rc=full
   else rc=gone; fi
 }
 listen() {
@@ -50,9 +55,13 @@ listen() {
 # The job's own session: its pid is its process group; its output goes to files first, and to
 # this channel while the channel lasts (tee ignores a closed channel and goes on with the file).
 # The command runs in a subshell, as `sh -c` would run it but without one more exec (its
-# positional parameters are emptied first).
-supervise='echo $$ > "$1.pid"; __rigrun_job=$1; __rigrun_command=$2; set --
-( ( (eval "$__rigrun_command"); echo $? > "$__rigrun_job.rc" ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
+# positional parameters are emptied first). The exit status has its room taken before the
+# command starts (`.end`: when `.rc` cannot be written, the status is written into it in place,
+# and it is renamed `.rc`), so that a disk the command fills cannot lose it; a disk too full to
+# take the pid and that room runs nothing (`full`).
+supervise='__rigrun_job=$1; __rigrun_command=$2; set --
+{ echo $$ > "$__rigrun_job.pid" && printf "%32s\n" "" > "$__rigrun_job.end"; } 2>/dev/null || exit 0
+( ( (eval "$__rigrun_command"); r=$?; { printf "%s\n" $r > "$__rigrun_job.rc" || { printf "%s\n" $r 1<> "$__rigrun_job.end" && mv -f "$__rigrun_job.end" "$__rigrun_job.rc"; }; rm -f "$__rigrun_job.end"; } 2>/dev/null ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
 watch='cd "$1" || exit 1
 echo $$ > watchdog.pid; : > seen; idle=0
 while [ ! -e done ]; do
@@ -71,8 +80,8 @@ rm -f watchdog.pid'
 command -v setsid >/dev/null 2>&1 || finish "error setsid (util-linux) is not installed on the host"
 # The run's folder, its lease renewed, and its watchdog running.
 lease_up() {
-  [ -d "$2" ] || mkdir -p "$2" || finish "error cannot create $2"
-  : > "$2/lease" || finish "error cannot write in $2"
+  [ -d "$2" ] || mkdir -p "$2" 2>/dev/null || unwritable "cannot create $2"
+  { : > "$2/lease"; } 2>/dev/null || unwritable "cannot write in $2"
   [ -e "$2/done" ] && rm -f "$2/done"
   w=; [ -s "$2/watchdog.pid" ] && read -r w < "$2/watchdog.pid"
   if [ -z "$w" ] || ! kill -0 "$w" 2>/dev/null; then
@@ -103,7 +112,7 @@ end)
 run)
   lease_up "$@"
   if [ ! -e "$j.out" ]; then
-    : > "$j.out" && : > "$j.err" || finish "error cannot write in $2"
+    { : > "$j.out" && : > "$j.err"; } 2>/dev/null || unwritable "cannot write in $2"
     setsid sh -c "$supervise" rigrun "$j" "$8" 3<&- &
     sup=$!
     listen "$@"

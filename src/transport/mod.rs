@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
-pub use lost::{is_lost, Lost};
+pub use lost::{is_disk_full, is_lost, DiskFull, Lost};
 pub use many::{ManySink, Tar};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
@@ -227,6 +227,15 @@ impl Transport {
         match &self.link {
             Link::Ssh(t) => t.spawn(script, args).await,
             Link::Local(t) => t.spawn(script, args).await,
+        }
+    }
+
+    /// How long a dead link may go unnoticed: the keepalive probes' window (see
+    /// `ssh::Keepalive`); nothing for a local host.
+    pub(crate) fn unnoticed_for(&self) -> std::time::Duration {
+        match &self.link {
+            Link::Ssh(t) => t.unnoticed_for(),
+            Link::Local(_) => std::time::Duration::ZERO,
         }
     }
 

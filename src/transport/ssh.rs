@@ -71,6 +71,53 @@ struct MasterSpec {
     describe: String,
     /// The commands that remove or add this host's key in the known_hosts file it uses.
     keys: KeyCommands,
+    /// How the master notices a dead link.
+    keepalive: Keepalive,
+}
+
+/// The master's keepalive probes (`ServerAliveInterval`, `ServerAliveCountMax`): the inventory's
+/// `ssh_options` when they set them, else derived from the host's `reconnect_for` so that a dead
+/// link is noticed within half of it and the host fails at most `reconnect_for` after the link
+/// went down (the reconnecting gets the rest; see [`SshTransport::reconnect`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Keepalive {
+    interval_secs: u64,
+    count_max: u64,
+}
+
+impl Keepalive {
+    /// Probes missed before the master gives up (without the user's own).
+    const COUNT_MAX: u64 = 3;
+
+    fn of(spec: &HostSpec) -> Keepalive {
+        let option = |name: &str| {
+            let value = spec
+                .ssh_options
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name));
+            value.and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        };
+        // An eighth of reconnect_for, from 1 s to OpenSSH-friendly 15 s.
+        let derived = (spec.reconnect_for().as_secs() / 8).clamp(1, 15);
+        Keepalive {
+            interval_secs: option("ServerAliveInterval").unwrap_or(derived),
+            count_max: option("ServerAliveCountMax").unwrap_or(Keepalive::COUNT_MAX),
+        }
+    }
+
+    /// The longest a dead link goes unnoticed: the first probe after at most one interval of
+    /// silence, then one interval per probe left unanswered.
+    fn window(&self) -> Duration {
+        Duration::from_secs(self.interval_secs * (self.count_max + 1))
+    }
+
+    /// The `-o` options (placed after the user's, which win).
+    fn options(&self) -> [String; 2] {
+        [
+            format!("ServerAliveInterval={}", self.interval_secs),
+            format!("ServerAliveCountMax={}", self.count_max),
+        ]
+    }
 }
 
 /// `ssh-keygen -R` and `ssh-keyscan` as they must be typed for this host: `[address]:port` for
@@ -143,7 +190,8 @@ impl SshTransport {
     async fn session(&self) -> Result<Arc<Session>> {
         let mut guard = self.session.lock().await;
         if guard.check().await.is_err() {
-            tracing::warn!(host = %self.host, "the SSH master is gone; reconnecting");
+            // Said to the user by whoever lost the connection (see `job.rs`), in words.
+            tracing::info!(host = %self.host, "the SSH master is gone; reconnecting");
             *guard = Arc::new(self.master.start().await?);
             *self.sftp.lock().await = None;
         }
@@ -182,14 +230,21 @@ impl SshTransport {
         Channel::ssh(child, permit)
     }
 
+    /// How long a dead link may go unnoticed (the keepalive probes' window).
+    pub(crate) fn unnoticed_for(&self) -> Duration {
+        self.master.keepalive.window()
+    }
+
     /// Gets a lost connection back: a new master, tried with backoff (1 s doubling to 30 s)
-    /// until `until`; past it, [`Lost`] with ssh's last words.
+    /// until `until`, no attempt running past it; past it, [`Lost`] with ssh's last words.
     pub(crate) async fn reconnect(&self, until: Instant) -> Result<()> {
         let mut wait = Duration::from_secs(1);
         loop {
-            let error = match self.session().await {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
+            let left = until.saturating_duration_since(Instant::now());
+            let error = match tokio::time::timeout(left, self.session()).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => e,
+                Err(_) => anyhow!("no answer from {}", self.master.describe),
             };
             if Instant::now() + wait > until {
                 return Err(Lost {
@@ -683,11 +738,13 @@ impl MasterSpec {
         for (key, value) in &spec.ssh_options {
             args.extend(["-o".into(), format!("{key}={value}")]);
         }
+        let keepalive = Keepalive::of(spec);
+        let [alive_interval, alive_count] = keepalive.options();
         for default in [
             format!("ControlPersist={CONTROL_PERSIST_SECS}"),
             "BatchMode=yes".into(),
-            "ServerAliveInterval=15".into(),
-            "ServerAliveCountMax=4".into(),
+            alive_interval,
+            alive_count,
             "ConnectTimeout=15".into(),
         ] {
             args.extend(["-o".into(), default]);
@@ -725,6 +782,7 @@ impl MasterSpec {
             dir: dir.to_path_buf(),
             describe,
             keys,
+            keepalive,
         }
     }
 
@@ -746,6 +804,9 @@ impl MasterSpec {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
+                // A connection attempt given up on (reconnect's deadline) leaves no ssh behind;
+                // once connected, the master has forked off (`-f`) and is not this process.
+                .kill_on_drop(true)
                 .status(),
         )
         .await;
@@ -824,6 +885,35 @@ pub fn explain_ssh_failure(target: &str, keys: &KeyCommands, log: &str) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keepalive_notices_a_dead_link_within_half_of_reconnect_for_unless_the_user_says() {
+        let spec = |json: serde_json::Value| -> HostSpec { serde_json::from_value(json).unwrap() };
+        let of = |json| {
+            let k = Keepalive::of(&spec(json));
+            (k.options(), k.window())
+        };
+        let options = |i: u64, c: u64| {
+            [
+                format!("ServerAliveInterval={i}"),
+                format!("ServerAliveCountMax={c}"),
+            ]
+        };
+        assert_eq!(
+            of(serde_json::json!({"reconnect_for": "10s"})),
+            (options(1, 3), Duration::from_secs(4))
+        );
+        assert_eq!(
+            of(serde_json::json!({"reconnect_for": "80s"})),
+            (options(10, 3), Duration::from_secs(40))
+        );
+        assert_eq!(
+            of(serde_json::json!({})),
+            (options(15, 3), Duration::from_secs(60))
+        );
+        let user = serde_json::json!({"reconnect_for": "10s", "ssh_options": {"serveraliveinterval": "2", "ServerAliveCountMax": "5"}});
+        assert_eq!(of(user), (options(2, 5), Duration::from_secs(12)));
+    }
 
     #[test]
     fn explains_the_common_failures() {

@@ -93,6 +93,16 @@ fn redo_failed_runs_the_failed_points_again_as_their_next_attempt() {
     for command in ["show", "compare"] {
         let (code, stdout, _) = rigrun_in(dir.path(), &[command, run.to_str().unwrap()]);
         assert_eq!(code, Some(0));
+        let rows: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("│ n="))
+            .map(|l| &l[..1])
+            .collect();
+        assert_eq!(
+            rows,
+            ["1", "2", "3"],
+            "{command}: rows in the matrix's order: {stdout}"
+        );
         assert!(
             stdout.contains("took 3 attempts (resumed 2 times); 1 point ran more than once"),
             "{command}: {stdout}"
@@ -229,4 +239,60 @@ fn a_repeated_sweep_resumes_at_the_repetition_it_was_stopped_in() {
     .1;
     let table: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(table[0]["rows"][0][1]["n"], 3, "{shown}");
+}
+
+/// A run whose journals were damaged afterwards (a disk that filled, a kill mid-write): a cut
+/// line in records.jsonl and a garbled one in events.jsonl are each warned about with file and
+/// line, by show and by resume; the point whose record line was cut, but whose events say it
+/// finished ok, shows as such rather than as never run.
+#[test]
+fn damaged_journal_lines_are_named_and_a_point_whose_record_was_cut_shows_it_finished() {
+    let dir = setup();
+    let fixed = dir.path().join("fixed");
+    std::fs::write(&fixed, "").unwrap();
+    let run = run_to_end(dir.path(), &failing_sweep(&fixed, "1, 2, 3"), 0);
+    let (records_path, events_path) = (run.join("records.jsonl"), run.join("events.jsonl"));
+    let mut lines: Vec<String> = std::fs::read_to_string(&records_path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(lines[1].contains("\"n\":2"), "{lines:?}");
+    lines[1].truncate(30);
+    std::fs::write(&records_path, lines.join("\n") + "\n").unwrap();
+    let mut events: Vec<String> = std::fs::read_to_string(&events_path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let garbled = events
+        .iter()
+        .position(|e| e.contains("\"host_connected\""))
+        .unwrap();
+    events[garbled] = "{\"event\": \"host_conn\u{0}".into();
+    std::fs::write(&events_path, events.join("\n") + "\n").unwrap();
+
+    let (code, stdout, stderr) = rigrun_in(dir.path(), &["show", run.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let warned =
+        |path: &Path, line: usize, what: &str| format!("warning: {}:{line}: not {what} (", path.display());
+    assert!(stderr.contains(&warned(&records_path, 2, "a record")), "{stderr}");
+    assert!(
+        stderr.contains(&warned(&events_path, garbled + 1, "an event")),
+        "{stderr}"
+    );
+    let row = crate::resume_support::row(&stdout, "n=2");
+    assert!(row.contains("ok, record lost ["), "{stdout}");
+    assert!(
+        stdout.contains("] events.jsonl says it finished ok, but its record could not be read"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("not run"), "{stdout}");
+
+    let (code, _, stderr) = rigrun_in(dir.path(), &["run", "--resume", run.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&warned(&events_path, garbled + 1, "an event")),
+        "{stderr}"
+    );
 }

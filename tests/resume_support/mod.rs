@@ -12,11 +12,13 @@ use serde_json::Value;
 
 use crate::common::{records, rigrun, sh, text};
 
-/// A sweep of four points; points 2 to 4 wait (up to 300 s) until `go` exists, then print one
-/// record each, so a run can be stopped while point 2 runs.
+/// A sweep of five points; points 2 to 4 wait (up to 300 s) until `go` exists, then print one
+/// record each, so a run can be stopped while point 2 runs; the plan skips point 5
+/// (`skip_if: n > 4`).
 pub fn waiting_sweep(go: &Path) -> String {
     format!(
-        "name: waits\nsteps:\n  - shell: {{command: \"true\"}}\n  - run-sweep:\n      matrix: {{n: [1, 2, 3, 4]}}\n      \
+        "name: waits\nsteps:\n  - shell: {{command: \"true\"}}\n  - run-sweep:\n      matrix: {{n: [1, 2, 3, 4, 5]}}\n      \
+         skip_if: \"n > 4\"\n      \
          command: \"{{% if n > 1 %}}i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done; {{% endif %}}echo '{{\\\"x\\\": {{{{ n }}}}}}'\"\n",
         go.display()
     )
@@ -83,9 +85,18 @@ pub fn latest_records(run_dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The row of point `label` in a table `rigrun show` printed.
+pub fn row<'a>(shown: &'a str, label: &str) -> &'a str {
+    let start = format!("│ {label} ");
+    shown.lines().find(|l| l.starts_with(&start)).unwrap_or_default()
+}
+
 /// Runs `playbook` (in `dir`, with `inventory`), sends `signal` to rigrun once point n=2 has
-/// started, checks the run is kept as interrupted with the way on named, then resumes it and
-/// checks that every point has exactly one ok record in its latest attempt.
+/// started, checks the run is kept as interrupted in plain words (no `error:`), point n=2 lost
+/// (cut short by the interrupt; SIGKILL leaves no word: not run), the plan's skip of n=5 shown as
+/// such, and the way on named; then resumes it, checks that the resume says once what it does
+/// (no internal job id, nothing FAILED), and that every point has exactly one ok record in its
+/// latest attempt.
 pub fn interrupt_then_resume(dir: &Path, signal: &str) {
     let go = dir.join("go");
     let _ = std::fs::remove_file(&go);
@@ -109,12 +120,19 @@ pub fn interrupt_then_resume(dir: &Path, signal: &str) {
     let out = child.wait_with_output().unwrap();
     let (_, stderr) = text(&out);
     let resume = format!("rigrun run --resume {}", run_dir.display());
-    if signal != "KILL" {
+    let cut = signal != "KILL";
+    if cut {
         assert_eq!(out.status.code(), Some(1), "SIG{signal}: {stderr}");
         assert!(
             stderr.contains(&resume),
             "SIG{signal}: the message names the resume command: {stderr}"
         );
+        assert!(
+            !stderr.contains("error:"),
+            "SIG{signal}: an interrupt is no error: {stderr}"
+        );
+        let said = stderr.lines().filter(|l| l.starts_with("interrupted")).count();
+        assert_eq!(said, 1, "SIG{signal}: the interrupt said once: {stderr}");
     }
     let shown = rigrun()
         .args(["show", run_dir.to_str().unwrap()])
@@ -127,6 +145,15 @@ pub fn interrupt_then_resume(dir: &Path, signal: &str) {
     );
     assert!(
         shown.contains("not run [") && shown.contains("not run: the run was interrupted"),
+        "SIG{signal}: {shown}"
+    );
+    assert!(
+        row(&shown, "n=5").contains("skipped [") && shown.contains("] n = 5 > 4"),
+        "SIG{signal}: the plan's skip is known: {shown}"
+    );
+    assert_eq!(
+        row(&shown, "n=2").contains("lost [") && shown.contains("] lost: cut short by the interrupt"),
+        cut,
         "SIG{signal}: {shown}"
     );
 
@@ -142,6 +169,25 @@ pub fn interrupt_then_resume(dir: &Path, signal: &str) {
         Some(0),
         "SIG{signal} resumed:\n{stdout}\n{stderr}"
     );
+    let id = run_dir.file_name().unwrap().to_str().unwrap();
+    let resuming: Vec<&str> = stderr.lines().filter(|l| l.contains("resuming")).collect();
+    assert_eq!(
+        resuming,
+        [format!("resuming {id}: 3 points left on a")],
+        "SIG{signal}: said once, the plan's skip not counted: {stderr}"
+    );
+    let how = match cut {
+        true => "  a run-sweep n=2: cut short by the interrupt; runs again as attempt 2\n",
+        false => {
+            "  a run-sweep n=2: was cut short (rigrun stopped without a word); runs again as \
+                  attempt 1, its command re-attached if it still runs on the host\n"
+        }
+    };
+    assert!(stderr.contains(how), "SIG{signal}: {stderr}");
+    assert!(
+        !stderr.contains("FAILED") && !stderr.contains("s02-p002"),
+        "SIG{signal}: no failure, no job id: {stderr}"
+    );
     let sweep: Vec<Value> = latest_records(&run_dir)
         .into_iter()
         .filter(|r| r["step_index"] == 1)
@@ -153,6 +199,14 @@ pub fn interrupt_then_resume(dir: &Path, signal: &str) {
             .collect();
         assert_eq!(ok.len(), 1, "SIG{signal}: point n={n}: {sweep:?}");
         assert_eq!(ok[0]["metrics"]["x"], n);
+    }
+    let lost: Vec<u64> = records(&run_dir)
+        .iter()
+        .filter(|r| r["point"]["n"] == 2 && r["status"] == "lost")
+        .map(|r| r["attempt"].as_u64().unwrap())
+        .collect();
+    if cut {
+        assert_eq!(lost, [1], "SIG{signal}: attempt 1 of n=2 lost: {sweep:?}");
     }
     let manifest = crate::common::manifest(&run_dir);
     assert_eq!(manifest["status"], "ok", "SIG{signal}");

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -381,4 +381,38 @@ fn without_tar_on_the_host_the_files_come_one_by_one() {
         "{\"i\": 7}"
     );
     assert_eq!(records(&run_dir).len(), 30);
+}
+
+/// Fetched files keep the host's permission bits, small ones (in a tar batch) and big ones
+/// (streamed through a temporary file, which starts 0600) alike, exactly (not through the
+/// umask), except setuid and setgid; over SSH and on a local host.
+#[test]
+fn fetched_files_keep_the_hosts_modes_big_and_small_without_setuid() {
+    for host in [Host::ssh(), Host::local()] {
+        let modes = [
+            ("small.json", 1usize << 10, 0o644, 0o644),
+            ("big.bin", 3 << 20, 0o644, 0o644),
+            ("group.log", 10, 0o664, 0o664),
+            ("tool.sh", 2 << 20, 0o755, 0o755),
+            ("setuid.sh", 10, 0o4755, 0o755),
+            ("setgid.bin", 2 << 20, 0o2750, 0o750),
+            ("owner-only.json", 10, 0o600, 0o600),
+        ];
+        for (name, size, mode, _) in modes {
+            let path = host.put(name.as_bytes(), &vec![b'x'; size]);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let (out, run_dir, details) = host.fetch("      records: false\n");
+        assert!(out.status.success(), "{:?}", text(&out));
+        assert_eq!(
+            details["files"].as_array().map(Vec::len),
+            Some(modes.len()),
+            "{details:#}"
+        );
+        for (name, _, _, expected) in modes {
+            let local = fetched(&run_dir).join(name);
+            let got = std::fs::metadata(&local).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(got, expected, "{name}: {got:o}, expected {expected:o}");
+        }
+    }
 }

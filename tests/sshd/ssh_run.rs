@@ -66,6 +66,20 @@ impl Env {
         self.write("hosts.yaml", &format!("hosts:\n{}{extra}", entries.concat()))
     }
 
+    /// Starts `rigrun run playbook` in the background, its output piped; returns it and the
+    /// runs folder.
+    fn spawn(&self, playbook: &str) -> (std::process::Child, PathBuf) {
+        let runs = self.path().join("runs");
+        let child = rigrun()
+            .current_dir(self.path())
+            .args(["run", playbook, "--runs-dir", runs.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (child, runs)
+    }
+
     fn run(&self, playbook: &str, more: &[&str]) -> (std::process::Output, PathBuf) {
         let runs = self.path().join("runs");
         let mut args = vec![
@@ -357,6 +371,116 @@ fn a_dead_host_stops_only_itself() {
     assert_eq!(manifest["status"], "failed");
 }
 
+/// Every host refuses the connection: each reason said once (no table of points that could
+/// not run, no note repeating it), one line saying no host connected, exit 1.
+#[test]
+fn when_no_host_connects_each_reason_is_said_once_and_no_table_is_shown() {
+    let env = Env::new();
+    let (mut a, mut b) = (env.host("a"), env.host("b"));
+    env.inventory(&[env.entry("a", &a), env.entry("b", &b)], "");
+    env.write("bench.sh", BENCH_SCRIPT);
+    env.write("sweep.yaml", SWEEP_PLAYBOOK);
+    a.stop();
+    b.stop();
+    let (out, runs) = env.run("sweep.yaml", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "", "no table of points that could not run");
+    for host in ["a", "b"] {
+        let port = if host == "a" { a.port } else { b.port };
+        let reason = format!("connection refused by {}@127.0.0.1:{port}", whoami());
+        assert_eq!(
+            stderr.matches(&reason).count(),
+            1,
+            "{host}'s reason once: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("error: {host}: failed at connect: {reason}")),
+            "{stderr}"
+        );
+    }
+    let run_dir = only_run_dir(&runs);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "run {0}: no host connected, nothing ran; once they are reachable: rigrun run --resume {0}",
+            run_dir.display()
+        )
+    );
+    assert!(!stderr.contains("not run"), "{stderr}");
+}
+
+/// A command prints 200,000 lines (and its record) as fast as it can while rigrun's stderr is
+/// read slowly (a slow terminal): every line is either shown or counted in the closing
+/// `N output lines not shown in all` line, exactly, and the logs keep them all.
+#[test]
+fn behind_a_slow_terminal_every_output_line_is_shown_or_counted() {
+    use std::io::Read;
+    const LINES: usize = 200_000;
+    let (env, _a) = Env::with_one_host();
+    env.write(
+        "many.yaml",
+        &format!(
+            "name: many\nsteps:\n  - run-sweep:\n      command: \"seq -f 'line %.0f' 1 {LINES}; echo '{{\\\"x\\\": 1}}'\"\n"
+        ),
+    );
+    let (mut child, runs) = env.spawn("many.yaml");
+    let mut stdout = child.stdout.take().unwrap();
+    let drained = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).unwrap();
+        text
+    });
+    // The slow terminal: 4 KiB at a time, a millisecond apart.
+    let mut stderr = child.stderr.take().unwrap();
+    let (mut shown, mut chunk) = (Vec::new(), [0u8; 4096]);
+    loop {
+        let n = stderr.read(&mut chunk).unwrap();
+        if n == 0 {
+            break;
+        }
+        shown.extend_from_slice(&chunk[..n]);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (drained.join().unwrap(), String::from_utf8(shown).unwrap());
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    let prefix = "[a run-sweep (single)] ";
+    let mut numbers: Vec<usize> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|l| l.rsplit_once("line ").map_or(Some(0), |(_, n)| n.parse().ok()))
+        .collect();
+    let shown_lines = numbers.len();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), shown_lines, "a line shown twice");
+    let counted: usize = stderr
+        .lines()
+        .find_map(|l| l.strip_suffix(" output lines not shown in all: the display fell behind (the logs in the run directory keep every line)"))
+        .map_or(0, |n| n.parse().unwrap());
+    assert!(
+        shown_lines <= LINES,
+        "the display never fell behind: the test proves nothing"
+    );
+    assert_eq!(
+        shown_lines + counted,
+        LINES + 1,
+        "shown {shown_lines} + counted {counted} != printed {}",
+        LINES + 1
+    );
+    let step_dir = only_run_dir(&runs).join("hosts/a/01-run-sweep");
+    let logs: Vec<PathBuf> = std::fs::read_dir(&step_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".stdout.log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert_eq!(log.lines().count(), LINES + 1, "the log keeps every line");
+}
+
 #[test]
 fn a_point_past_its_timeout_fails_and_its_remote_processes_are_gone() {
     let (env, _a) = Env::with_one_host();
@@ -432,14 +556,7 @@ fn interrupt_mid_sweep(signal: &str) {
             pid_file.display()
         ),
     );
-    let runs = env.path().join("runs");
-    let child = rigrun()
-        .current_dir(env.path())
-        .args(["run", "long.yaml", "--runs-dir", runs.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (child, runs) = env.spawn("long.yaml");
     let first = env.path().join("sleep.pid.1");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !first.exists() || std::fs::read_to_string(&first).unwrap().trim().is_empty() {

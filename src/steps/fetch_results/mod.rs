@@ -49,6 +49,9 @@ struct Entry {
     size: Option<u64>,
     /// Modification time, whole Unix seconds.
     modified: Option<u64>,
+    /// Permission bits on the host (a link followed: its target's); the fetched file gets them
+    /// (see `receive::local_mode`).
+    mode: Option<u32>,
     /// Listed for files up to [`HOST_HASH_LIMIT`].
     sha256: Option<String>,
 }
@@ -373,7 +376,7 @@ trap 'rm -rf "$D"' EXIT
 printf '%s\0' "$B"
 if command -v sha256sum >/dev/null 2>&1; then printf '1\0'; else printf '0\0'; fi
 printf '%s\0' @GLOB@ | xargs -0 -r sh -c 'exec find -P "$@" -maxdepth 0 \
-  \( -readable -printf "%y%Y\0r\0" -o -printf "%y%Y\0-\0" \) -printf "%p\0%h\0%s\0%T@\0" \
+  \( -readable -printf "%y%Y\0r\0" -o -printf "%y%Y\0-\0" \) -printf "%p\0%h\0%s\0%T@\0%m\0" \
   -fprintf "$0/d.$$" "d%h\0" \
   \( -type l -fprint0 "$0/l.$$" -o -type f -size -@HASHC@c -fprint0 "$0/h.$$" -o -true \)' "$D" 2>/dev/null
 printf '\0'
@@ -384,7 +387,7 @@ cat "$D"/l.* 2>/dev/null |
   xargs -0 -r sh -c 'for f; do r=$(readlink -f -- "$f" && printf x); r=${r%??}; printf "%s\0%s\0" "$f" "$r"
     case "$r" in "$0"*) [ @FOLLOW@ = 1 ] && [ -f "$f" ] && printf "%s\0" "$f" >&3 ;; esac; done' "$P" 3>"$D/f"
 printf '\0'
-xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\0%T@\0%p\0"' sh < "$D/f" 2>/dev/null
+xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -printf "%s\0%T@\0%m\0%p\0"' sh < "$D/f" 2>/dev/null
 printf '\0'
 xargs -0 -r sh -c 'exec find -L "$@" -maxdepth 0 -size -@HASHC@c -print0' sh < "$D/f" 2>/dev/null >> "$D/h.links"
 cat "$D"/h.* 2>/dev/null | xargs -0 -r -P 4 -n 2500 sh -c 'exec sha256sum -- "$@" > "$0/s.$$" 2>/dev/null' "$D"
@@ -425,6 +428,7 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
         let path = field(&mut fields)?.to_vec();
         dirs.push(field(&mut fields)?);
         let (size, modified) = size_and_time(field(&mut fields)?, field(&mut fields)?)?;
+        let mode = octal_mode(field(&mut fields)?)?;
         let known = kind == Kind::File;
         entries.push(Entry {
             kind,
@@ -434,6 +438,7 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
             real_dir: Vec::new(),
             size: known.then_some(size),
             modified: modified.filter(|_| known),
+            mode: Some(mode).filter(|_| known),
             sha256: None,
         });
     }
@@ -458,8 +463,9 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
         if size.is_empty() {
             break;
         }
-        let size_and_time = size_and_time(size, field(&mut fields)?)?;
-        followed.insert(field(&mut fields)?, size_and_time);
+        let (size, modified) = size_and_time(size, field(&mut fields)?)?;
+        let mode = octal_mode(field(&mut fields)?)?;
+        followed.insert(field(&mut fields)?, (size, modified, mode));
     }
     let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
     for (entry, dir) in entries.iter_mut().zip(dirs) {
@@ -468,8 +474,8 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
             .get(&entry.path[..])
             .map(|t| t.to_vec())
             .unwrap_or_default();
-        if let Some(&(size, modified)) = followed.get(&entry.path[..]) {
-            (entry.size, entry.modified) = (Some(size), modified);
+        if let Some(&(size, modified, mode)) = followed.get(&entry.path[..]) {
+            (entry.size, entry.modified, entry.mode) = (Some(size), modified, Some(mode));
         }
         entry.sha256 = sums.remove(&entry.path);
     }
@@ -485,6 +491,12 @@ fn size_and_time(size: &[u8], modified: &[u8]) -> Result<(u64, Option<u64>)> {
     let size: u64 = std::str::from_utf8(size)?.parse()?;
     let modified = std::str::from_utf8(modified)?;
     Ok((size, modified.split('.').next().and_then(|s| s.parse().ok())))
+}
+
+/// Permission bits from `find -printf %m` (octal).
+fn octal_mode(field: &[u8]) -> Result<u32> {
+    let text = std::str::from_utf8(field)?;
+    u32::from_str_radix(text, 8).with_context(|| format!("`{text}` is not a file mode"))
 }
 
 /// A match's type from `find -printf %y%Y`: its own, then what a link points to.
@@ -748,6 +760,7 @@ mod tests {
     use std::fs::File;
 
     use sha2::{Digest, Sha256};
+    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
 
@@ -820,6 +833,7 @@ mod tests {
             real_dir: b"/w/r".to_vec(),
             size: Some(1),
             modified: None,
+            mode: None,
             sha256: Some("00".into()),
         }
     }
@@ -851,7 +865,7 @@ mod tests {
         ));
     }
 
-    /// The listing script itself, run by `sh` on real files with awkward names.
+    /// The listing script itself, run by `sh` on real files with awkward names and modes.
     #[test]
     fn the_listing_reports_every_match_in_one_command() {
         let dir = tempfile::tempdir().unwrap();
@@ -859,6 +873,8 @@ mod tests {
         let r = root.join("r");
         std::fs::create_dir(&r).unwrap();
         std::fs::write(r.join("a.json"), "{}").unwrap();
+        let mode = |m| std::fs::Permissions::from_mode(m);
+        std::fs::set_permissions(r.join("a.json"), mode(0o4751)).unwrap();
         std::fs::write(r.join(OsStr::from_bytes(b"n\nl\xff.json")), "x").unwrap();
         std::fs::create_dir(r.join("d.json")).unwrap();
         std::os::unix::fs::symlink(r.join("a.json"), r.join("in.json")).unwrap();
@@ -883,7 +899,7 @@ mod tests {
                 listing.entries.iter().find(|e| e.path == path).unwrap().clone()
             };
             let a = by_name(b"a.json");
-            assert_eq!((a.kind, a.size), (Kind::File, Some(2)));
+            assert_eq!((a.kind, a.size, a.mode), (Kind::File, Some(2), Some(0o4751)));
             assert_eq!(
                 a.sha256.as_deref(),
                 Some(hex::encode(Sha256::digest(b"{}")).as_str())
@@ -894,6 +910,11 @@ mod tests {
             assert_eq!(by_name(b"d.json").kind, Kind::Dir);
             let inner = by_name(b"in.json");
             assert_eq!(inner.kind, Kind::LinkToFile);
+            assert_eq!(
+                inner.mode,
+                follow.then_some(0o4751),
+                "a followed link: its target's mode"
+            );
             assert_eq!(
                 inner.sha256.is_some(),
                 follow,

@@ -2,7 +2,8 @@
 //! ([`Transport::read_many`]), the rest one by one (SFTP over SSH), [`PARALLEL_FILES`] at a time.
 //! A batch's file is checked against the listing in memory before it is written; a file fetched
 //! alone streams to a temporary name beside its destination, hashed as it arrives, and is
-//! renamed only once it matches the listing.
+//! renamed only once it matches the listing. Every file gets the permission bits it has on the
+//! host (see [`local_mode`]), whichever way it came.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -176,7 +177,7 @@ impl BatchSink<'_> {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             self.made = Some(dir.to_path_buf());
         }
-        put(local, &self.data)?;
+        put(local, &self.data, local_mode(self.entries[index]))?;
         Ok(Fetched {
             local: local.clone(),
             bytes: streamed.bytes,
@@ -185,9 +186,10 @@ impl BatchSink<'_> {
     }
 }
 
-/// Writes `data` to `local`: straight to the name when it is new (a short write, disk full,
-/// leaves nothing there), else through a temporary name that then replaces the old file.
-fn put(local: &Path, data: &[u8]) -> Result<()> {
+/// Writes `data` to `local` with permission bits `mode`: straight to the name when it is new (a
+/// short write, disk full, leaves nothing there), else through a temporary name that then
+/// replaces the old file.
+fn put(local: &Path, data: &[u8], mode: Option<u32>) -> Result<()> {
     let cannot = || format!("cannot write {}", local.display());
     match std::fs::OpenOptions::new()
         .write(true)
@@ -196,6 +198,7 @@ fn put(local: &Path, data: &[u8]) -> Result<()> {
     {
         Ok(mut file) => file
             .write_all(data)
+            .and_then(|()| set_mode(&file, mode))
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(local);
             })
@@ -203,9 +206,25 @@ fn put(local: &Path, data: &[u8]) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let mut tmp = temp_beside(local)?;
             tmp.write_all(data).with_context(cannot)?;
+            set_mode(tmp.as_file(), mode).with_context(cannot)?;
             persist(tmp, local)
         }
         Err(e) => Err(e).with_context(cannot),
+    }
+}
+
+/// The permission bits a fetched file gets: the host's, without setuid, setgid and sticky, and
+/// always readable by its owner here (rigrun reads results back); None: the default.
+fn local_mode(entry: &Entry) -> Option<u32> {
+    entry.mode.map(|mode| (mode & 0o777) | 0o400)
+}
+
+/// Gives `file` the bits `mode` (exactly: not through the umask), when known.
+fn set_mode(file: &File, mode: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match mode {
+        Some(mode) => file.set_permissions(std::fs::Permissions::from_mode(mode)),
+        None => Ok(()),
     }
 }
 
@@ -293,6 +312,8 @@ impl Incoming {
         }
         let sha256 = hasher.finish()?;
         check_against_listing(entry, streamed, &sha256)?;
+        set_mode(tmp.as_file(), local_mode(entry))
+            .with_context(|| format!("cannot write {}", local.display()))?;
         persist(tmp, &local)?;
         Ok(Fetched {
             local,
@@ -415,6 +436,7 @@ mod tests {
             real_dir: Vec::new(),
             size: Some(data.len() as u64),
             modified: Some(7),
+            mode: Some(0o644),
             sha256: Some(hex::encode(Sha256::digest(data))),
         }
     }
