@@ -173,8 +173,9 @@ pub(super) fn spawn_job(
                 w.tail.push_back(line.into_owned());
             }
         };
+        // The connection lost and got back: said once.
         let mut on_warning = |message: String| {
-            let _ = events.send(Event::Warning {
+            let _ = events.send(Event::Notice {
                 host: host.clone(),
                 message: format!("{label}: {message}"),
             });

@@ -54,8 +54,21 @@ impl Teller {
     fn warn(&self, message: String) {
         let _ = self.events.send(Event::Warning {
             host: self.host.clone(),
-            message: format!("{} on {}: {message}", self.step, self.host),
+            message: self.placed(&message),
         });
+    }
+
+    /// Something that passed while the sweep went on (the sampler's connection lost and got
+    /// back): said once, not kept among the host's warnings.
+    fn notice(&self, message: String) {
+        let _ = self.events.send(Event::Notice {
+            host: self.host.clone(),
+            message: self.placed(&message),
+        });
+    }
+
+    fn placed(&self, message: &str) -> String {
+        format!("{} on {}: {message}", self.step, self.host)
     }
 }
 
@@ -349,7 +362,7 @@ fn start_gpu(
             let line = line_text(bytes);
             gpu_line(&shared, &teller, stream, &line);
         };
-        let mut on_warning = |message: String| teller.warn(format!("GPU sampler: {message}"));
+        let mut on_warning = |message: String| teller.notice(format!("GPU sampler: {message}"));
         let spec = Job {
             name: &job,
             command: &command,
