@@ -67,9 +67,9 @@ pub struct ConfigArgs {
 /// What goes with a playbook: the inventory, the hosts, the `-e` values.
 #[derive(Args, Debug, Clone)]
 pub struct ConfigOpts {
-    /// The inventory file.
-    #[arg(short = 'i', long = "inventory", default_value = "hosts.yaml")]
-    pub inventory: PathBuf,
+    /// The inventory file [default: hosts.yaml in the current directory].
+    #[arg(short = 'i', long = "inventory", value_name = "INVENTORY")]
+    pub inventory: Option<PathBuf>,
     /// Run only on these hosts (comma-separated host or group names from the inventory).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,

@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, ShowArgs};
 use crate::config::slo::Slo;
-use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
+use crate::config::{Builtins, Config, ConfigError, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions, Start};
 use crate::exit::{Exit, Invalid};
@@ -32,13 +32,36 @@ fn load(playbook: &std::path::Path, with: &ConfigOpts) -> Result<Config> {
 fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u32>) -> Result<Config> {
     let opts = LoadOptions {
         playbook: playbook.to_path_buf(),
-        inventory: with.inventory.clone(),
+        inventory: inventory(with)?,
         limit: with.limit.clone(),
         extra_vars: with.extra_vars.clone(),
         repeat,
     };
     Ok(Config::load(&opts)?)
 }
+
+/// The inventory: `-i FILE`, or `hosts.yaml` here, which must then exist (said as the default,
+/// with `-i` to name another, rather than as a file that cannot be read).
+fn inventory(with: &ConfigOpts) -> Result<std::path::PathBuf, ConfigErrors> {
+    if let Some(path) = &with.inventory {
+        return Ok(path.clone());
+    }
+    let path = std::path::PathBuf::from(DEFAULT_INVENTORY);
+    if path.exists() {
+        return Ok(path);
+    }
+    let here = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| "the current directory".into());
+    Err(ConfigError::plain(
+        &path,
+        format!("the default inventory is not in {here}; pass one with -i FILE"),
+    )
+    .into())
+}
+
+/// The inventory read when `-i` is not given, in the current directory.
+const DEFAULT_INVENTORY: &str = "hosts.yaml";
 
 /// Built-ins as `check` and `plan` show them: values only a run knows are named, not invented.
 fn offline_builtins() -> Builtins {

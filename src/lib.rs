@@ -22,6 +22,7 @@ pub mod steps;
 pub mod store;
 pub mod telemetry;
 pub mod transport;
+pub mod words;
 
 #[doc(hidden)]
 pub mod testutil;

@@ -12,6 +12,7 @@ pub mod steps;
 pub mod template;
 mod validate;
 mod yaml;
+mod yaml_errors;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -101,15 +102,43 @@ impl From<ConfigError> for ConfigErrors {
     }
 }
 
-/// Renders the line `line` of `text` with a caret under `column`, like rustc does.
+/// Renders the line `line` of `text` with a caret under `column`, like rustc does; a long line
+/// is cut to [`SNIPPET_WIDTH`] characters around the column.
 pub fn snippet(text: &str, line: u64, column: u64) -> String {
     let Some(source) = text.lines().nth(line.saturating_sub(1) as usize) else {
         return String::new();
     };
+    let (shown, caret_at) = window(source, column.saturating_sub(1) as usize);
     let gutter = line.to_string().len();
     let pad = " ".repeat(gutter);
-    let caret = " ".repeat(column.saturating_sub(1) as usize);
-    format!("{pad} |\n{line} | {source}\n{pad} | {caret}^")
+    let caret = " ".repeat(caret_at);
+    format!("{pad} |\n{line} | {shown}\n{pad} | {caret}^")
+}
+
+/// The widest part of a line a snippet shows.
+const SNIPPET_WIDTH: usize = 100;
+
+/// `source` cut to [`SNIPPET_WIDTH`] characters around character `at` (`…` where cut), and
+/// where `at` falls in what is shown.
+fn window(source: &str, at: usize) -> (String, usize) {
+    let chars: Vec<char> = source.chars().collect();
+    if chars.len() <= SNIPPET_WIDTH {
+        return (source.to_string(), at);
+    }
+    let start = at
+        .saturating_sub(SNIPPET_WIDTH / 2)
+        .min(chars.len() - SNIPPET_WIDTH);
+    let end = start + SNIPPET_WIDTH;
+    let mut shown: String = chars[start..end].iter().collect();
+    let mut caret = at - start;
+    if start > 0 {
+        shown.insert(0, '…');
+        caret += 1;
+    }
+    if end < chars.len() {
+        shown.push('…');
+    }
+    (shown, caret)
 }
 
 /// The candidate closest to `given` by edit distance, when it is close enough to be a typo.
@@ -179,8 +208,11 @@ impl Config {
         playbook_text: String,
         inventory_text: String,
     ) -> Result<Config, ConfigErrors> {
-        let playbook = yaml::parse_str::<Playbook>(&opts.playbook, &playbook_text)?;
-        let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)?;
+        let swapped = || swapped_files(opts, &playbook_text, &inventory_text);
+        let playbook = yaml::parse_str::<Playbook>(&opts.playbook, &playbook_text)
+            .map_err(|e| swapped().unwrap_or(e))?;
+        let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)
+            .map_err(|e| swapped().unwrap_or(e))?;
         let extra_vars = parse_extra_vars(&opts.extra_vars)?;
         let mut config = Config {
             playbook_path: opts.playbook.clone(),
@@ -251,6 +283,32 @@ impl Config {
         );
         vars
     }
+}
+
+/// When one of the two files does not load: the error for a playbook given where the
+/// inventory goes, or the other way round, if that is what happened.
+fn swapped_files(opts: &LoadOptions, playbook: &str, inventory: &str) -> Option<ConfigError> {
+    let usage = "the playbook comes first and the inventory after -i: rigrun check PLAYBOOK -i INVENTORY";
+    let inventory_is_playbook = yaml::shape(inventory) == Some(yaml::Shape::Playbook);
+    if yaml::shape(playbook) == Some(yaml::Shape::Inventory) {
+        let and = match inventory_is_playbook {
+            true => format!(
+                ", and {} given with -i is a playbook (it has `steps:`): the two are swapped",
+                opts.inventory.display()
+            ),
+            false => String::new(),
+        };
+        return Some(ConfigError::plain(
+            &opts.playbook,
+            format!("this file is an inventory (its `hosts:` maps host names to their settings), not a playbook{and}; {usage}"),
+        ));
+    }
+    inventory_is_playbook.then(|| {
+        ConfigError::plain(
+            &opts.inventory,
+            format!("this file is a playbook (it has `steps:`), not an inventory; {usage}"),
+        )
+    })
 }
 
 /// Turns a variable map into a template context.
@@ -349,5 +407,17 @@ mod tests {
     fn snippet_points_at_the_column() {
         let s = snippet("a: 1\nbb: oops\n", 2, 5);
         assert_eq!(s, "  |\n2 | bb: oops\n  |     ^");
+    }
+
+    #[test]
+    fn a_long_line_is_cut_around_the_caret() {
+        let line = format!("x: {}y{}", "[".repeat(300), "]".repeat(300));
+        let s = snippet(&line, 1, 304);
+        let shown = s.lines().nth(1).unwrap();
+        let caret = s.lines().nth(2).unwrap();
+        assert!(shown.starts_with("1 | …[") && shown.ends_with("]…"), "{shown}");
+        assert_eq!(shown.chars().count(), "1 | ".len() + SNIPPET_WIDTH + 2);
+        let under: usize = caret.chars().position(|c| c == '^').unwrap();
+        assert_eq!(shown.chars().nth(under), Some('y'), "{s}");
     }
 }

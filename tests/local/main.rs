@@ -15,6 +15,7 @@ mod sim_support;
 mod bench_faults;
 mod bench_sim;
 mod config_errors;
+mod config_yaml;
 mod report;
 mod report_compare;
 mod report_facts;
