@@ -81,7 +81,9 @@ fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigError
             steps,
         });
     }
-    errors.dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
+    // The same mistake is usually found on every host: said once.
+    let mut seen = HashSet::new();
+    errors.retain(|e| seen.insert((e.file.clone(), e.line, e.column, e.message.clone())));
     if errors.is_empty() {
         Ok(Plan { hosts })
     } else {
@@ -232,7 +234,7 @@ mod tests {
 
     #[test]
     fn an_empty_matrix_is_one_point() {
-        let points = cartesian(&IndexMap::new());
+        let points = cartesian(&IndexMap::<String, serde_saphyr::Spanned<Vec<Json>>>::new());
         assert_eq!(points.len(), 1);
         assert_eq!(point::label(&points[0]), "(single)");
     }

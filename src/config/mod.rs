@@ -14,6 +14,8 @@ mod validate;
 mod yaml;
 mod yaml_errors;
 
+pub use yaml_errors::scalar_at;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -54,12 +56,22 @@ impl ConfigError {
 
     /// An error at a place in `text`, with the line shown and a caret under the column.
     pub fn at(path: &Path, text: &str, loc: &Location, message: impl Into<String>) -> ConfigError {
+        ConfigError::at_line(path, text, (loc.line(), loc.column()), message)
+    }
+
+    /// An error at (line, column) of `text`, both from 1.
+    pub fn at_line(
+        path: &Path,
+        text: &str,
+        (line, column): (u64, u64),
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError {
             file: path.display().to_string(),
-            line: loc.line(),
-            column: loc.column(),
+            line,
+            column,
             message: message.into(),
-            snippet: Some(snippet(text, loc.line(), loc.column())),
+            snippet: Some(snippet(text, line, column)),
         }
     }
 }

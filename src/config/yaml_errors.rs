@@ -172,8 +172,7 @@ fn wrong_shape(expected: &str, at: &Location, text: &str) -> String {
     let value = rest.strip_prefix(':').map_or(rest, str::trim_start);
     let value = if value.starts_with('#') { "" } else { value };
     // Inside `{...}` or `[...]` the value ends at the next `,`, `}` or `]`.
-    let in_flow = place.line[..place.at].contains(['{', '[']);
-    let value = match in_flow {
+    let value = match place.in_flow() {
         true => value.split([',', '}', ']']).next().unwrap_or(""),
         false => value,
     };
@@ -305,6 +304,11 @@ fn unknown_anchor(at: &Location, text: &str) -> String {
     }
 }
 
+/// The scalar written at `at` in `text`, as written (`y`, where YAML reads `true`).
+pub fn scalar_at(text: &str, at: &Location) -> Option<String> {
+    Place::new(text, at).scalar()
+}
+
 /// The name after `sigil` (`&` or `*`) at `at`, or, for an anchor, just before it (an
 /// anchor's place is the value it names: `&a [1, 2]` is placed at `[`).
 fn token_at(text: &str, at: &Location, sigil: char) -> Option<String> {
@@ -412,8 +416,18 @@ impl<'a> Place<'a> {
     /// The scalar at the place, as written on its line.
     fn scalar(&self) -> Option<String> {
         let value = self.rest().split(" #").next().unwrap_or("").trim_end();
-        let value = value.trim_end_matches([',', '}', ']']).trim_end();
+        // Inside `{...}` or `[...]` a scalar ends at the next `,`, `}` or `]`.
+        let value = match self.in_flow() {
+            true => value.split([',', '}', ']']).next().unwrap_or(""),
+            false => value,
+        };
+        let value = value.trim_end();
         (!value.is_empty()).then(|| value.to_string())
+    }
+
+    /// Whether the place is inside a `{...}` or `[...]` opened on its line.
+    fn in_flow(&self) -> bool {
+        self.line[..self.at].contains(['{', '['])
     }
 
     /// The key whose value starts at the place: `shell` for `  - shell:` with the place at or

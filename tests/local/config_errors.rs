@@ -107,7 +107,7 @@ fn a_wrong_type_is_named() {
 fn an_undefined_variable_names_the_hosts_it_is_missing_on() {
     assert_rejected(
         "name: t\nhosts: [gpu]\nsteps:\n  - shell:\n      command: echo {{ kv }} {{ url }}\n",
-        "5:16",
+        "5:24",
         "`kv` is not defined for host gpu2",
     );
 }
@@ -187,7 +187,7 @@ fn a_bad_extra_var_is_invalid_input() {
     assert_eq!(out.status.code(), Some(2));
     let (_, stderr) = text(&out);
     assert!(
-        stderr.contains("`nohost` is not one of this playbook's hosts or their groups (gpu1, gpu2)"),
+        stderr.contains("`nohost` is not one of this playbook's hosts or their groups (gpu1, gpu2, gpu)"),
         "{stderr}"
     );
     let out = run_rigrun(dir.path(), &["plan", "ok.yaml", "-l", "gpu"]);
@@ -301,7 +301,7 @@ fn minijinja_functions_are_known_and_unknown_ones_are_named() {
     assert_eq!(check_playbook("check", playbook, &[]).0, Some(0));
     assert_rejected(
         "name: t\nsteps:\n  - shell:\n      command: \"echo {{ nosuch(3) }}\"\n",
-        "4:16",
+        "4:25",
         "the template function `nosuch` is not supported (rigrun's templates offer: ",
     );
 }
@@ -432,7 +432,7 @@ fn server_variants_errors_name_their_place_and_what_there_is() {
     );
     assert_rejected(
         "name: t\nserver:\n  command: serve --tp {{ tp }}\n  url: http://127.0.0.1:1\n  variants: {spec: [off]}\nsteps:\n  - shell: {command: \"true\"}\n",
-        "3:12",
+        "3:26",
         "`tp` is not defined for host gpu1, gpu2",
     );
 }

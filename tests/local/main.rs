@@ -14,6 +14,7 @@ mod sim_support;
 
 mod bench_faults;
 mod bench_sim;
+mod config_checks;
 mod config_errors;
 mod config_yaml;
 mod report;

@@ -24,6 +24,7 @@ pub const MAX_POINTS: u128 = 10_000;
 pub struct RunSweep {
     pub name: Option<String>,
     /// Per point.
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     #[serde(default)]
     pub matrix: Matrix,
@@ -152,6 +153,11 @@ impl Plans for RunSweep {
             if values.value.is_empty() {
                 return Err(r.error(values, format!("matrix `{key}` has no values")));
             }
+            let text = &r.config.playbook_text;
+            let written = |i: usize| crate::config::scalar_at(text, &values.value.place(i));
+            if let Some((i, message)) = mixed_types(key, &values.value, &written) {
+                return Err(r.error_at(&values.value.place(i), message));
+            }
         }
         if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
             return Err(r.error(first, message));
@@ -188,6 +194,63 @@ pub fn check_size(matrix: &Matrix) -> Result<u128, String> {
         axes.join(" × "),
         thousands(MAX_POINTS)
     ))
+}
+
+/// The kind of a matrix value, as a person names it (`16` and `0.5` are both numbers).
+fn kind_of(value: &Json) -> &'static str {
+    match value {
+        Json::Number(_) => "a number",
+        Json::String(_) => "text",
+        Json::Bool(_) => "a boolean",
+        Json::Null => "empty",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a mapping",
+    }
+}
+
+/// The first value of an axis whose kind differs from the others' (the kind most values share,
+/// the first value's on a tie), with the error naming it: `[1, 4, l6, 64]` would run `l6` as
+/// a concurrency, and `skip_if` would compare text with numbers.
+fn mixed_types(
+    axis: &str,
+    values: &[Json],
+    written: &dyn Fn(usize) -> Option<String>,
+) -> Option<(usize, String)> {
+    let kinds: Vec<&str> = values.iter().map(kind_of).collect();
+    let share = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    let common = kinds
+        .iter()
+        .copied()
+        .max_by_key(|k| (share(k), std::cmp::Reverse(kinds.iter().position(|x| x == k))))?;
+    let (i, odd) = kinds.iter().enumerate().find(|(_, k)| **k != common)?;
+    let value = written(i).unwrap_or_else(|| point::value_text(&values[i]));
+    let others = match common {
+        "a number" => "numbers".to_string(),
+        "a boolean" => "booleans".to_string(),
+        other => other.to_string(),
+    };
+    let hint = match (common, as_number(&value)) {
+        ("a number", Some(n)) => format!("; did you mean {n}?"),
+        ("a number", None) => ": write it as a number".to_string(),
+        _ => format!(": write every value of `{axis}` as {common}"),
+    };
+    Some((
+        i,
+        format!("matrix `{axis}`: `{value}` is {odd} while the other values are {others}; every value of an axis is of one kind{hint}"),
+    ))
+}
+
+/// `l6` read as `16`, `1O24` as `1024`: letters that look like digits, when that makes a number.
+fn as_number(text: &str) -> Option<String> {
+    let digits: String = text
+        .chars()
+        .map(|c| match c {
+            'l' | 'I' | '|' => '1',
+            'O' | 'o' => '0',
+            other => other,
+        })
+        .collect();
+    (digits != text && digits.parse::<f64>().is_ok()).then_some(digits)
 }
 
 /// `repeat:` as written, checked to be 1 to [`MAX_REPEAT`]; None when absent (the run's
@@ -332,6 +395,42 @@ mod tests {
         let consecutive = order(plan(2, 3, RepeatOrder::Consecutive));
         assert_eq!(consecutive, [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]);
         assert_eq!(order(plan(2, 1, RepeatOrder::Interleaved)), [(0, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn an_axis_of_mixed_kinds_names_the_odd_value() {
+        let values = |yaml: &str| serde_saphyr::from_str::<Vec<Json>>(yaml).unwrap();
+        let mixed_types = |axis: &str, values: &[Json]| mixed_types(axis, values, &|_| None);
+        let (i, message) = mixed_types("concurrency", &values("[1, 4, l6, 64]")).unwrap();
+        assert_eq!(i, 2);
+        assert_eq!(
+            message,
+            "matrix `concurrency`: `l6` is text while the other values are numbers; every value of an axis is of one kind; did you mean 16?"
+        );
+        let (i, message) = mixed_types("model", &values("[a, b, 3]")).unwrap();
+        assert_eq!(i, 2);
+        assert!(
+            message.ends_with("write every value of `model` as text"),
+            "{message}"
+        );
+        let (i, message) = mixed_types("c", &values("[1, x]")).unwrap();
+        assert_eq!(
+            (
+                i,
+                message.contains("`x` is text while the other values are numbers")
+            ),
+            (1, true)
+        );
+        assert!(
+            mixed_types("c", &values("[1, 2.5, 1e3]")).is_none(),
+            "ints and floats are numbers"
+        );
+        assert!(mixed_types("m", &values("[a, b]")).is_none());
+        let (_, message) = super::mixed_types("c", &values("[1, y]"), &|_| Some("y".into())).unwrap();
+        assert!(
+            message.contains("`y` is a boolean while the other values are numbers"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct Shell {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     pub command: Text,
     /// How many times a failed command is run again (waiting 1 s, 2 s, 4 s, …).
