@@ -79,6 +79,13 @@ pub struct ConfigOpts {
     /// such a value under vars: in the playbook or the inventory, or in a file).
     #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
     pub extra_vars: Vec<String>,
+    /// Run only these sweep points: AXIS=VALUE, comma-separated or repeated. Values of one axis
+    /// add up (--only concurrency=16,concurrency=64 runs both), several axes narrow together
+    /// (--only concurrency=16,input_len=1000); a sweep without any of the axes runs whole. An
+    /// axis or value no sweep has is an error. The points left out are not run, and the run
+    /// (run.json, --resume, show, report) does not count them.
+    #[arg(long, value_name = "AXIS=VALUE,...", value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -97,7 +104,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "RUN_DIR",
-        conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "runs_dir"]
+        conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "only", "runs_dir"]
     )]
     pub resume: Option<PathBuf>,
     /// With --resume: also run again the points whose command ran and failed.

@@ -14,6 +14,7 @@ use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
 use crate::report::{self, CompareOptions, Contents, Format, Run};
+use crate::words::count;
 
 /// How a command that returned `err` ends: invalid input (a config error included), or failed.
 pub fn exit_for(err: &anyhow::Error) -> Exit {
@@ -36,8 +37,15 @@ fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u
         limit: with.limit.clone(),
         extra_vars: with.extra_vars.clone(),
         repeat,
+        only: with.only.clone(),
     };
-    Ok(Config::load(&opts)?)
+    let config = Config::load(&opts)?;
+    // Checked on new runs only: a resumed run goes on with the -e values it started with.
+    let ignored = crate::config::extra_vars::check_use(&config);
+    if !ignored.is_empty() {
+        return Err(ConfigErrors(ignored).into());
+    }
+    Ok(config)
 }
 
 /// The inventory: `-i FILE`, or `hosts.yaml` here, which must then exist (said as the default,
@@ -74,19 +82,14 @@ fn offline_builtins() -> Builtins {
 pub fn check(args: &ConfigArgs) -> Result<Exit> {
     let config = load(&args.playbook, &args.with)?;
     let plan = plan::build(&config, &offline_builtins())?;
-    let points: usize = plan
-        .hosts
-        .iter()
-        .flat_map(|h| &h.steps)
-        .map(|s| s.action.points().len())
-        .sum();
+    let sweeps: plan::SweepCount = plan.hosts.iter().map(plan::HostPlan::sweep_count).sum();
     println!(
-        "{} and {} are valid: {} hosts, {} steps, {} sweep points in all",
+        "{} and {} are valid: {}, {}; in all, {}",
         config.playbook_path.display(),
         config.inventory_path.display(),
-        config.hosts.len(),
-        config.playbook.steps.len(),
-        points
+        count(config.hosts.len(), "host"),
+        count(config.playbook.steps.len(), "step"),
+        sweeps.describe()
     );
     Ok(Exit::Ok)
 }

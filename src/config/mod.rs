@@ -2,7 +2,9 @@
 //! touched. Every error names the file, line and column, and says what to do.
 
 pub mod duration;
+pub mod extra_vars;
 pub mod inventory;
+pub mod only;
 pub mod playbook;
 pub mod reference;
 pub mod render;
@@ -174,6 +176,8 @@ pub struct LoadOptions {
     pub extra_vars: Vec<String>,
     /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
     pub repeat: Option<u32>,
+    /// `--only AXIS=VALUE,...`, as given: the sweep points to run.
+    pub only: Vec<String>,
 }
 
 /// A checked configuration: both files, parsed, plus the hosts this run covers.
@@ -194,6 +198,8 @@ pub struct Config {
     pub slo: slo::Slo,
     /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
     pub repeat: Option<u32>,
+    /// `--only`: the sweep points to run (every point when empty).
+    pub only: only::Only,
 }
 
 /// Values that rigrun defines for every host; they cannot be redefined as variables.
@@ -225,7 +231,8 @@ impl Config {
             .map_err(|e| swapped().unwrap_or(e))?;
         let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)
             .map_err(|e| swapped().unwrap_or(e))?;
-        let extra_vars = parse_extra_vars(&opts.extra_vars)?;
+        let extra_vars = extra_vars::parse_extra_vars(&opts.extra_vars)?;
+        let only = only::Only::parse(&opts.only)?;
         let mut config = Config {
             playbook_path: opts.playbook.clone(),
             playbook_text,
@@ -238,9 +245,14 @@ impl Config {
             references: Vec::new(),
             slo: slo::Slo::default(),
             repeat: opts.repeat,
+            only,
         };
         config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
         validate::check(&config)?;
+        let only_errors = config.only.check(&config);
+        if !only_errors.is_empty() {
+            return Err(ConfigErrors(only_errors));
+        }
         config.references = reference::resolve(&config).map_err(ConfigErrors)?;
         config.slo = slo::resolve(&config).map_err(ConfigErrors)?;
         Ok(config)
@@ -328,85 +340,9 @@ pub fn context(vars: &IndexMap<String, serde_json::Value>) -> Value {
     Value::from(minijinja::value::Serde(vars))
 }
 
-/// `-e KEY=VALUE`: the value is read as a YAML scalar, so `-e input_len=2000` is a number.
-fn parse_extra_vars(items: &[String]) -> Result<Vars, ConfigError> {
-    let mut vars = Vars::new();
-    for item in items {
-        let (key, raw) = split_extra_var(item)?;
-        let value = serde_saphyr::from_str::<serde_json::Value>(raw)
-            .ok()
-            .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
-            .unwrap_or_else(|| raw.into());
-        vars.insert(key.to_string(), value);
-    }
-    Ok(vars)
-}
-
-/// One `-e` item as its key (an identifier, as templates name it) and its raw value, which may
-/// hold no control character (YAML would fold a newline silently).
-fn split_extra_var(item: &str) -> Result<(&str, &str), ConfigError> {
-    let refuse = |message: String| ConfigError::plain(Path::new("-e"), message);
-    let Some((key, raw)) = item.split_once('=') else {
-        return Err(refuse(format!(
-            "`{}` is not KEY=VALUE; write it like -e input_len=2000",
-            item.escape_debug()
-        )));
-    };
-    if !is_identifier(key) {
-        return Err(refuse(format!(
-            "`{}` is not a variable name: KEY must be letters, digits and `_`, not starting with a digit (like input_len)",
-            key.escape_debug()
-        )));
-    }
-    if raw.chars().any(char::is_control) {
-        return Err(refuse(format!(
-            "the value of `{key}` holds a control character (a newline, tab, NUL or escape): -e takes one line of text; put such a value under vars: in the playbook or the inventory, or in a file the step reads"
-        )));
-    }
-    Ok((key, raw))
-}
-
-/// `[A-Za-z_][A-Za-z0-9_]*`.
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn extra_vars_read_numbers_as_numbers() {
-        let vars = parse_extra_vars(&["n=2000".into(), "url=http://x:1/".into(), "s=a b".into()]).unwrap();
-        assert_eq!(vars["n"], serde_json::json!(2000));
-        assert_eq!(vars["url"], serde_json::json!("http://x:1/"));
-        assert_eq!(vars["s"], serde_json::json!("a b"));
-        assert!(parse_extra_vars(&["novalue".into()]).is_err());
-    }
-
-    #[test]
-    fn extra_var_keys_are_identifiers() {
-        assert!(parse_extra_vars(&["_a1=x".into()]).is_ok());
-        for bad in ["na\np=1", "1a=x", "=x", "a b=x", "a-b=x", " a=x"] {
-            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
-            assert!(err.contains("is not a variable name"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn extra_var_values_with_control_characters_are_refused() {
-        for bad in ["k=a\nb", "k=a\0b", "k=\u{1b}[31m", "k=a\tb"] {
-            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
-            assert!(
-                err.contains("the value of `k` holds a control character"),
-                "{err}"
-            );
-            assert!(err.contains("under vars:"), "{err}");
-        }
-        assert!(parse_extra_vars(&["k=a b é".into()]).is_ok());
-    }
 
     #[test]
     fn closest_suggests_typos_only() {

@@ -1,10 +1,11 @@
-//! The sweep points a run planned, read back from the playbook its manifest keeps, so that a
-//! point that never ran (its host failed earlier, the run was interrupted) is shown as
+//! The sweep points a run planned (those `--only` kept), read back from the playbook and the
+//! filter its manifest keeps, so that a point that never ran (its host failed earlier, the run was interrupted) is shown as
 //! `not run` with the reason rather than left out.
 
 use indexmap::{IndexMap, IndexSet};
 
 use super::steps::StepRecords;
+use crate::config::only::Only;
 use crate::config::{Playbook, Step};
 use crate::events::Status;
 use crate::point;
@@ -21,12 +22,14 @@ impl Planned {
     pub fn of(manifest: &Manifest) -> Planned {
         let playbook: Option<Playbook> = serde_saphyr::from_str(&manifest.playbook.source).ok();
         let steps = playbook.map(|p| p.steps).unwrap_or_default();
+        // The points `--only` left out were not planned.
+        let only = Only::parse(&manifest.playbook.only).unwrap_or_default();
         let sweeps = steps
             .iter()
             .enumerate()
             .filter_map(|(i, step)| match step {
                 Step::RunSweep(sweep) => {
-                    let labels = point::cartesian(&sweep.matrix).iter().map(point::label).collect();
+                    let labels = sweep.chosen_points(&only).iter().map(point::label).collect();
                     Some(((i, step.display_name()), labels))
                 }
                 _ => None,

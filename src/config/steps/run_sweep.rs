@@ -12,6 +12,7 @@ use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
 use crate::point::{self, cartesian};
+use crate::words::count;
 
 /// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
 /// ten thousand is days of measuring per host, far beyond real sweeps (tens to hundreds); and
@@ -88,6 +89,13 @@ pub struct RunSweepPlan {
     pub repeat: u32,
     #[serde(skip_serializing_if = "RepeatOrder::is_default")]
     pub repeat_order: RepeatOrder,
+    /// Points of the matrix that `--only` leaves out (not in `points`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunSweepPlan {
@@ -162,7 +170,9 @@ impl Plans for RunSweep {
         if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
             return Err(r.error(first, message));
         }
-        let points = cartesian(&self.matrix)
+        let chosen = self.chosen_points(&r.config.only);
+        let left_out = cartesian(&self.matrix).len() - chosen.len();
+        let points = chosen
             .into_iter()
             .map(|values| self.point(r, values))
             .collect::<Result<_, _>>()?;
@@ -172,6 +182,7 @@ impl Plans for RunSweep {
             retries: super::retries(r, &self.retries)?,
             repeat: repeat(r, &self.repeat)?.unwrap_or(r.config.repeat.unwrap_or(1)),
             repeat_order: self.repeat_order,
+            left_out,
         })
     }
 }
@@ -283,6 +294,13 @@ fn thousands(n: u128) -> String {
 }
 
 impl RunSweep {
+    /// The matrix's points that `--only` keeps, in the sweep's order.
+    pub fn chosen_points(&self, only: &crate::config::only::Only) -> Vec<point::Values> {
+        let mut points = cartesian(&self.matrix);
+        points.retain(|values| only.keeps(values));
+        points
+    }
+
     /// How many times each point is measured, as planning allows it (`run_default`, the run's
     /// `--repeat`, or 1 when `repeat:` is absent; out-of-range values never get past planning).
     pub fn repetitions(&self, run_default: Option<u32>) -> u32 {
@@ -324,7 +342,12 @@ impl Describe for RunSweepPlan {
             (n, RepeatOrder::Interleaved) => format!(", each measured {n} times (interleaved)"),
             (n, RepeatOrder::Consecutive) => format!(", each measured {n} times (consecutively)"),
         };
-        let _ = writeln!(out, "{head}: {} points{repeat}{retries}", self.points.len());
+        let left_out = match self.left_out {
+            0 => String::new(),
+            n => format!(" ({} left out by --only)", count(n, "more point")),
+        };
+        let points = count(self.points.len(), "point");
+        let _ = writeln!(out, "{head}: {points}{left_out}{repeat}{retries}");
         for p in &self.points {
             let label = p.label();
             let _ = match (&p.skip, &p.pending) {
@@ -382,6 +405,7 @@ mod tests {
             retries: 0,
             repeat,
             repeat_order,
+            left_out: 0,
         }
     }
 
