@@ -109,8 +109,6 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         },
         (None, Some(playbook)) => {
             let config = load_repeated(playbook, &args.with, args.repeat)?;
-            // Every template renders and every script exists before any host is touched.
-            plan::build(&config, &offline_builtins())?;
             let start = Start::New {
                 runs_dir: args.runs_dir.clone(),
             };
@@ -118,8 +116,15 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         }
         (None, None) => return Err(Invalid("name a playbook, or --resume RUN_DIR".into()).into()),
     };
+    // Every template renders and every script exists before any host is touched.
+    let plan = plan::build(&config, &offline_builtins())?;
+    let works = match &start {
+        Start::Resume { work, .. } => work.clone(),
+        Start::New { .. } => Default::default(),
+    };
+    let sweeps = crate::sweep_progress::plan_totals(&config, &plan, &works);
     let config = Arc::new(config);
-    let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet);
+    let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet).with_sweeps(sweeps);
     let opts = RunOptions {
         start,
         forks: args.forks,
@@ -194,7 +199,15 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
         ),
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
+    eprintln!("{}", next_commands(&outcome.run_dir));
     Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))
+}
+
+/// What to do with a run once it ended: its report and its comparison with another run, with
+/// the run directory as the shell reads it.
+fn next_commands(run_dir: &std::path::Path) -> String {
+    let dir = crate::config::template::shell_quote(&run_dir.display().to_string());
+    format!("next: rigrun report {dir} --out report.html · rigrun compare {dir}")
 }
 
 /// Reports missed references on stderr; true when they fail the run (`--check-references`).

@@ -20,6 +20,7 @@ pub mod resume;
 pub mod sim;
 pub mod steps;
 pub mod store;
+pub mod sweep_progress;
 pub mod telemetry;
 pub mod transport;
 pub mod words;

@@ -1,5 +1,7 @@
 //! Live progress on stderr: a line per host on a terminal (indicatif), plain prefixed lines
-//! otherwise. Output lines of commands are shown prefixed with host and point.
+//! otherwise. Output lines of commands are shown prefixed with host and point. A sweep's
+//! points say where they stand (`3/9`, `rep 2/3`) and how long the rest should take, from
+//! `sweep_progress`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use indexmap::IndexMap;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::events::{Event, RecordStatus, Status};
+use crate::sweep_progress::{HostSweeps, SweepProgress};
 
 pub struct Progress {
     /// Bars per host on a terminal; None for plain lines.
@@ -15,6 +18,8 @@ pub struct Progress {
     steps: usize,
     /// Whether command output lines are shown (always kept in the run directory).
     show_output: bool,
+    /// Each host's sweeps, when the run said what they hold (see [`Progress::with_sweeps`]).
+    sweeps: IndexMap<String, SweepProgress>,
 }
 
 impl Progress {
@@ -41,7 +46,18 @@ impl Progress {
             bars,
             steps,
             show_output,
+            sweeps: IndexMap::new(),
         }
+    }
+
+    /// What each host's sweeps will run, so that points are counted (`3/9`) and the time left
+    /// estimated.
+    pub fn with_sweeps(mut self, totals: IndexMap<String, HostSweeps>) -> Progress {
+        self.sweeps = totals
+            .into_iter()
+            .map(|(h, t)| (h, SweepProgress::new(t)))
+            .collect();
+        self
     }
 
     fn line(&self, text: String) {
@@ -83,32 +99,11 @@ impl Progress {
             } => {
                 self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
             }
-            Event::PointStarted {
-                host,
-                step,
-                point,
-                attempt,
-                ..
-            } => self.status(host, format!("{step} {point}{}", attempt_note(*attempt))),
-            Event::PointFinished {
-                host,
-                step,
-                point,
-                status,
-                reason,
-                seconds,
-                attempt,
-                variant,
-                ..
-            } => {
-                let host = crate::point::column(host, variant.as_deref());
-                let how = match status {
-                    RecordStatus::Ok => format!("ok in {seconds:.1}s"),
-                    RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
-                    RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
-                };
-                self.line(format!("[{host}] {step} {point}{}: {how}", attempt_note(*attempt)));
+            Event::PointStarted { host, .. } => {
+                let text = self.point_started(event);
+                self.status(host, text);
             }
+            Event::PointFinished { .. } => self.point_finished(event),
             Event::RunResumed { session, .. } => {
                 self.line(format!("resuming the run (attempt {session})"));
             }
@@ -180,6 +175,98 @@ impl Progress {
                     .into(),
             ),
             _ => {}
+        }
+    }
+
+    /// The host's line when a point starts: `step 4/5: run-sweep concurrency=16 (point 3/9,
+    /// rep 2/3) · about 1m left (estimated …)`.
+    fn point_started(&mut self, event: &Event) -> String {
+        let Event::PointStarted {
+            host,
+            step,
+            point,
+            step_index,
+            attempt,
+            repetition,
+            variant,
+        } = event
+        else {
+            return String::new();
+        };
+        let step_of = step_index
+            .map(|i| format!("step {}/{}: ", i + 1, self.steps))
+            .unwrap_or_default();
+        let Some(sweep) = self.sweeps.get_mut(host) else {
+            return format!("{step_of}{step} {point}{}", attempt_note(*attempt));
+        };
+        let at = sweep.started(variant.as_deref(), step_index.unwrap_or(0), point, *repetition);
+        let mut notes = vec![format!("point {}/{}", at.number, at.total)];
+        notes.extend(at.repetition.map(|(r, n)| format!("rep {r}/{n}")));
+        notes.extend((*attempt > 1).then(|| format!("attempt {attempt}")));
+        // Plain output says the estimate on lines of its own, now and then.
+        let estimate = match self.bars.is_some() {
+            true => sweep.estimate().map(|e| format!(" · {e}")).unwrap_or_default(),
+            false => String::new(),
+        };
+        format!("{step_of}{step} {point} ({}){estimate}", notes.join(", "))
+    }
+
+    /// A point's end as a line (`[host] run-sweep concurrency=16 (3/9, rep 2/3): ok in 1.8s`)
+    /// and, now and then in plain output (every tenth of the points), the estimate of the rest.
+    fn point_finished(&mut self, event: &Event) {
+        let Event::PointFinished {
+            host,
+            step,
+            point,
+            step_index,
+            attempt,
+            repetition,
+            status,
+            reason,
+            seconds,
+            variant,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let how = match status {
+            RecordStatus::Ok => format!("ok in {seconds:.1}s"),
+            RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
+            RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
+        };
+        let column = crate::point::column(host, variant.as_deref());
+        let Some(sweep) = self.sweeps.get_mut(host) else {
+            self.line(format!(
+                "[{column}] {step} {point}{}: {how}",
+                attempt_note(*attempt)
+            ));
+            return;
+        };
+        let index = step_index.unwrap_or(0);
+        let key = (variant.clone(), index, point.clone(), *repetition);
+        let counted = sweep.finished(key, *seconds, *status == RecordStatus::Skipped);
+        let repeat = sweep.repeat_of(index);
+        let mut notes: Vec<String> = counted
+            .map(|(done, total)| format!("{done}/{total}"))
+            .into_iter()
+            .collect();
+        notes.extend((repeat > 1).then(|| format!("rep {repetition}/{repeat}")));
+        notes.extend((*attempt > 1).then(|| format!("attempt {attempt}")));
+        let notes = match notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", notes.join(", ")),
+        };
+        let estimate = sweep.estimate();
+        let (done, total) = sweep.counts();
+        let announce = self.bars.is_none() && sweep.announce();
+        self.line(format!("[{column}] {step} {point}{notes}: {how}"));
+        if let (true, Some(estimate)) = (announce, &estimate) {
+            self.line(format!("[{host}] {done}/{total} points done; {estimate}"));
+        }
+        if self.bars.is_some() {
+            let left = estimate.map(|e| format!(" · {e}")).unwrap_or_default();
+            self.status(host, format!("{step}: {done}/{total} points done{left}"));
         }
     }
 

@@ -17,6 +17,7 @@ mod bench_sim;
 mod config_checks;
 mod config_errors;
 mod config_yaml;
+mod progress;
 mod report;
 mod report_compare;
 mod report_facts;
