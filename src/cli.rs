@@ -35,7 +35,9 @@ pub enum Command {
     /// telemetry (nvidia-smi, or a DCGM exporter) and its server's /metrics per point: power, J per output token,
     /// preemptions, throttling (see README, "Telemetry").
     Run(RunArgs),
-    /// Validate the playbook and inventory without connecting to any host.
+    /// Validate the playbook and inventory without connecting to any host (YAML, names,
+    /// templates, matrices, timeouts, -e keys, --only), each problem at file:line:col; when all is
+    /// well, print what would run, counting repetitions and server variants.
     Check(ConfigArgs),
     /// Show what would run on each host: its server variants, expanded steps and sweep points,
     /// skipped points with their reason. Connects to nothing.
@@ -70,13 +72,15 @@ pub struct ConfigOpts {
     /// The inventory file [default: hosts.yaml in the current directory].
     #[arg(short = 'i', long = "inventory", value_name = "INVENTORY")]
     pub inventory: Option<PathBuf>,
-    /// Run only on these hosts (comma-separated host or group names from the inventory).
+    /// Run only on these hosts (comma-separated host or group names from the inventory, each
+    /// among the playbook's hosts).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,
     /// Set a variable, overriding inventory and playbook vars (repeatable). KEY is a name
     /// (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML so
     /// numbers stay numbers; a newline, tab, NUL or other control character in it is refused (put
-    /// such a value under vars: in the playbook or the inventory, or in a file).
+    /// such a value under vars: in the playbook or the inventory, or in a file). A KEY that no
+    /// template uses, or that a matrix axis replaces (use --only), is an error.
     #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
     pub extra_vars: Vec<String>,
     /// Run only these sweep points: AXIS=VALUE, comma-separated or repeated. Values of one axis

@@ -276,7 +276,7 @@ impl SweepCount {
             also.push(format!("{} more skipped by skip_if", self.skipped));
         }
         if self.pending > 0 {
-            also.push(format!("{} skip_if decides at run time", self.pending));
+            also.push(format!("skip_if decides {} of them at run time", self.pending));
         }
         if self.left_out > 0 {
             also.push(format!("{} more left out by --only", self.left_out));

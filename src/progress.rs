@@ -11,6 +11,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::events::{Event, RecordStatus, Status};
 use crate::sweep_progress::{HostSweeps, SweepProgress};
+use crate::words::count;
 
 pub struct Progress {
     /// Bars per host on a terminal; None for plain lines.
@@ -90,7 +91,7 @@ impl Progress {
                 let arch = facts.arch.as_deref().unwrap_or("?");
                 let gpus = facts
                     .gpu_count
-                    .map(|n| format!(", {n} GPU(s)"))
+                    .map(|n| format!(", {}", count(n as usize, "GPU")))
                     .unwrap_or_default();
                 self.status(host, format!("connected ({arch}{gpus})"));
             }
@@ -308,7 +309,7 @@ fn shorten_record(line: &str) -> String {
     .filter_map(|k| record.get(*k).map(|v| format!("{k}={v}")))
     .collect();
     match headline.is_empty() {
-        true => format!("record with {} metrics", record.len()),
+        true => format!("record with {}", count(record.len(), "metric")),
         false => format!("record: {}", headline.join(" ")),
     }
 }
@@ -332,7 +333,8 @@ mod tests {
             shorten_record(line),
             "record: output_throughput=22.5 completed=3 failed=0"
         );
-        assert_eq!(shorten_record(r#"{"a": 1}"#), "record with 1 metrics");
+        assert_eq!(shorten_record(r#"{"a": 1}"#), "record with 1 metric");
+        assert_eq!(shorten_record(r#"{"a": 1, "b": 2}"#), "record with 2 metrics");
         assert_eq!(shorten_record("plain log"), "plain log");
     }
 }

@@ -335,7 +335,7 @@ impl Describe for RunSweepPlan {
     fn describe(&self, out: &mut String, head: &str) {
         let retries = match self.retries {
             0 => String::new(),
-            n => format!(" (a failed point is retried up to {n} times)"),
+            n => format!(" (a failed point is retried up to {})", count(n as usize, "time")),
         };
         let repeat = match (self.repeat, self.repeat_order) {
             (0 | 1, _) => String::new(),

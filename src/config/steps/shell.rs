@@ -50,7 +50,12 @@ impl Describe for ShellPlan {
     fn describe(&self, out: &mut String, head: &str) {
         let _ = match self.retries {
             0 => writeln!(out, "{head}: $ {}", self.command),
-            n => writeln!(out, "{head}: $ {}  (retried up to {n} times)", self.command),
+            n => writeln!(
+                out,
+                "{head}: $ {}  (retried up to {})",
+                self.command,
+                crate::words::count(n as usize, "time")
+            ),
         };
     }
 }
