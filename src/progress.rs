@@ -182,28 +182,21 @@ impl Progress {
     /// The host's line when a point starts: `step 4/5: run-sweep concurrency=16 (point 3/9,
     /// rep 2/3) · about 1m left (estimated …)`.
     fn point_started(&mut self, event: &Event) -> String {
-        let Event::PointStarted {
-            host,
-            step,
-            point,
-            step_index,
-            attempt,
-            repetition,
-            variant,
-        } = event
-        else {
+        let Some(at) = PointAt::of(event) else {
             return String::new();
         };
-        let step_of = step_index
+        let step_of = at
+            .step_index
             .map(|i| format!("step {}/{}: ", i + 1, self.steps))
             .unwrap_or_default();
-        let Some(sweep) = self.sweeps.get_mut(host) else {
-            return format!("{step_of}{step} {point}{}", attempt_note(*attempt));
+        let (step, point) = (at.step, at.point);
+        let Some(sweep) = self.sweeps.get_mut(at.host) else {
+            return format!("{step_of}{step} {point}{}", attempt_note(at.attempt));
         };
-        let at = sweep.started(variant.as_deref(), step_index.unwrap_or(0), point, *repetition);
-        let mut notes = vec![format!("point {}/{}", at.number, at.total)];
-        notes.extend(at.repetition.map(|(r, n)| format!("rep {r}/{n}")));
-        notes.extend((*attempt > 1).then(|| format!("attempt {attempt}")));
+        let index = at.step_index.unwrap_or(0);
+        let number = sweep.started(at.variant, index, point, at.repetition);
+        let mut notes = vec![format!("point {number}/{}", sweep.counts().1)];
+        notes.extend(at.notes(sweep.repeat_of(index)));
         // Plain output says the estimate on lines of its own, now and then.
         let estimate = match self.bars.is_some() {
             true => sweep.estimate().map(|e| format!(" · {e}")).unwrap_or_default(),
@@ -215,19 +208,15 @@ impl Progress {
     /// A point's end as a line (`[host] run-sweep concurrency=16 (3/9, rep 2/3): ok in 1.8s`)
     /// and, now and then in plain output (every tenth of the points), the estimate of the rest.
     fn point_finished(&mut self, event: &Event) {
-        let Event::PointFinished {
-            host,
-            step,
-            point,
-            step_index,
-            attempt,
-            repetition,
-            status,
-            reason,
-            seconds,
-            variant,
-            ..
-        } = event
+        let (
+            Some(at),
+            Event::PointFinished {
+                status,
+                reason,
+                seconds,
+                ..
+            },
+        ) = (PointAt::of(event), event)
         else {
             return;
         };
@@ -236,24 +225,28 @@ impl Progress {
             RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
             RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
         };
-        let column = crate::point::column(host, variant.as_deref());
+        let (host, step, point) = (at.host, at.step, at.point);
+        let column = crate::point::column(host, at.variant);
         let Some(sweep) = self.sweeps.get_mut(host) else {
             self.line(format!(
                 "[{column}] {step} {point}{}: {how}",
-                attempt_note(*attempt)
+                attempt_note(at.attempt)
             ));
             return;
         };
-        let index = step_index.unwrap_or(0);
-        let key = (variant.clone(), index, point.clone(), *repetition);
-        let counted = sweep.finished(key, *seconds, *status == RecordStatus::Skipped);
-        let repeat = sweep.repeat_of(index);
+        let index = at.step_index.unwrap_or(0);
+        let run = (
+            at.variant.map(String::from),
+            index,
+            point.to_string(),
+            at.repetition,
+        );
+        let counted = sweep.finished(run, *seconds, *status == RecordStatus::Skipped);
         let mut notes: Vec<String> = counted
             .map(|(done, total)| format!("{done}/{total}"))
             .into_iter()
             .collect();
-        notes.extend((repeat > 1).then(|| format!("rep {repetition}/{repeat}")));
-        notes.extend((*attempt > 1).then(|| format!("attempt {attempt}")));
+        notes.extend(at.notes(sweep.repeat_of(index)));
         let notes = match notes.is_empty() {
             true => String::new(),
             false => format!(" ({})", notes.join(", ")),
@@ -277,6 +270,59 @@ impl Progress {
                 bar.finish();
             }
         }
+    }
+}
+
+/// Where a point's start or end happened: the fields both events carry.
+struct PointAt<'a> {
+    host: &'a str,
+    step: &'a str,
+    point: &'a str,
+    step_index: Option<usize>,
+    attempt: u32,
+    repetition: u32,
+    variant: Option<&'a str>,
+}
+
+impl<'a> PointAt<'a> {
+    fn of(event: &'a Event) -> Option<PointAt<'a>> {
+        match event {
+            Event::PointStarted {
+                host,
+                step,
+                point,
+                step_index,
+                attempt,
+                repetition,
+                variant,
+            }
+            | Event::PointFinished {
+                host,
+                step,
+                point,
+                step_index,
+                attempt,
+                repetition,
+                variant,
+                ..
+            } => Some(PointAt {
+                host,
+                step,
+                point,
+                step_index: *step_index,
+                attempt: *attempt,
+                repetition: *repetition,
+                variant: variant.as_deref(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// `rep 2/3` in a sweep measuring each point `repeat` times, `attempt 2` after the first.
+    fn notes(&self, repeat: u32) -> Vec<String> {
+        let rep = (repeat > 1).then(|| format!("rep {}/{repeat}", self.repetition));
+        let attempt = (self.attempt > 1).then(|| format!("attempt {}", self.attempt));
+        rep.into_iter().chain(attempt).collect()
     }
 }
 

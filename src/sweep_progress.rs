@@ -88,15 +88,6 @@ pub struct SweepProgress {
     announced: (usize, Instant),
 }
 
-/// A point that started: where it stands in the host's sweeps.
-pub struct Started {
-    /// `point 3/9`: the one under way, and the total.
-    pub number: usize,
-    pub total: usize,
-    /// `(2, 3)`: repetition 2 of 3; None for a point measured once.
-    pub repetition: Option<(u32, u32)>,
-}
-
 /// Estimates are said again at least this often in plain output, besides every tenth of the points.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(300);
 
@@ -111,18 +102,18 @@ impl SweepProgress {
         }
     }
 
-    /// A point run started.
-    pub fn started(&mut self, variant: Option<&str>, step: usize, point: &str, repetition: u32) -> Started {
+    /// A point run started: its number among the point runs (`3` of `3/9`; a retry keeps
+    /// its point's).
+    pub fn started(&mut self, variant: Option<&str>, step: usize, point: &str, repetition: u32) -> usize {
         let key = (variant.map(String::from), step, point.to_string(), repetition);
-        if !self.done.contains(&key) && self.planned.skipped.contains(&(step, point.to_string())) {
+        if self.done.contains(&key) {
+            // A retry: its point was counted when its first attempt ended.
+            return self.done.len();
+        }
+        if self.planned.skipped.contains(&(step, point.to_string())) {
             self.total += 1;
         }
-        let repeat = self.repeat_of(step);
-        Started {
-            number: (self.done.len() + 1).min(self.total.max(1)),
-            total: self.total,
-            repetition: (repeat > 1).then_some((repetition, repeat)),
-        }
+        (self.done.len() + 1).min(self.total.max(1))
     }
 
     /// A point run (or one attempt of it) ended after `seconds`; `skipped` when `skip_if` held.
@@ -218,12 +209,13 @@ mod tests {
     #[test]
     fn counts_each_repetition_once_and_estimates_from_the_mean() {
         let mut p = SweepProgress::new(sweeps(4, 2, &[]));
-        let s = p.started(None, 0, "c=1", 1);
-        assert_eq!((s.number, s.total, s.repetition), (1, 4, Some((1, 2))));
+        assert_eq!(p.started(None, 0, "c=1", 1), 1);
+        assert_eq!((p.counts(), p.repeat_of(0)), ((0, 4), 2));
         assert_eq!(p.estimate(), None, "nothing done yet");
         assert_eq!(p.finished(key("c=1", 1), 10.0, false), Some((1, 4)));
         // A failed attempt and its retry are one point run.
         assert_eq!(p.finished(key("c=2", 1), 20.0, false), Some((2, 4)));
+        assert_eq!(p.started(None, 0, "c=2", 1), 2, "a retry keeps its number");
         assert_eq!(p.finished(key("c=2", 1), 30.0, false), Some((2, 4)));
         assert_eq!(
             p.estimate().as_deref(),
@@ -243,8 +235,8 @@ mod tests {
         assert_eq!(p.counts(), (0, 2), "a skip the plan did not know");
         assert_eq!(p.finished(key("c=9", 1), 0.0, true), None);
         assert_eq!(p.counts(), (0, 2), "a skip the plan knew was never counted");
-        let s = p.started(Some("spec=on"), 0, "c=9", 1);
-        assert_eq!(s.total, 3, "a planned skip that runs after all is counted");
+        p.started(Some("spec=on"), 0, "c=9", 1);
+        assert_eq!(p.counts().1, 3, "a planned skip that runs after all is counted");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::{Error, Location};
 
 use super::closest;
-use crate::words::count;
+use crate::words::{count, thousands};
 
 /// The limits the YAML reader holds a playbook or inventory to (see `yaml::options`).
 pub const MAX_EVENTS: usize = 200_000;
@@ -96,32 +96,23 @@ fn budget(breach: &BudgetBreach) -> String {
 /// What a breach means, with rigrun's limit.
 fn breach_text(breach: &BudgetBreach) -> String {
     match breach {
-        BudgetBreach::Nodes { .. } => format!("the YAML holds more than {} values", thousands(MAX_NODES)),
-        BudgetBreach::Events { .. } => format!("the YAML holds more than {} parts", thousands(MAX_EVENTS)),
+        BudgetBreach::Nodes { .. } => {
+            format!("the YAML holds more than {} values", thousands(MAX_NODES as u128))
+        }
+        BudgetBreach::Events { .. } => {
+            format!("the YAML holds more than {} parts", thousands(MAX_EVENTS as u128))
+        }
         BudgetBreach::Aliases { .. } => format!(
             "the YAML uses more than {} aliases (`*name`)",
-            thousands(MAX_ALIASES)
+            thousands(MAX_ALIASES as u128)
         ),
         BudgetBreach::Anchors { .. } => format!(
             "the YAML defines more than {} anchors (`&name`)",
-            thousands(MAX_ANCHORS)
+            thousands(MAX_ANCHORS as u128)
         ),
         BudgetBreach::Depth { .. } => format!("the YAML nests more than {MAX_DEPTH} levels deep"),
         _ => "the YAML is larger than rigrun reads".into(),
     }
-}
-
-/// `1000000` as `1,000,000`.
-fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A list or mapping was expected and something else is there: say what, and why YAML read it so.

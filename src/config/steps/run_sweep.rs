@@ -12,7 +12,7 @@ use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
 use crate::point::{self, cartesian};
-use crate::words::count;
+use crate::words::{count, thousands};
 
 /// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
 /// ten thousand is days of measuring per host, far beyond real sweeps (tens to hundreds); and
@@ -280,19 +280,6 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
     }
 }
 
-/// `10000000` as `10,000,000`.
-fn thousands(n: u128) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 impl RunSweep {
     /// The matrix's points that `--only` keeps, in the sweep's order.
     pub fn chosen_points(&self, only: &crate::config::only::Only) -> Vec<point::Values> {
@@ -455,13 +442,5 @@ mod tests {
             message.contains("`y` is a boolean while the other values are numbers"),
             "{message}"
         );
-    }
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(10_000_000), "10,000,000");
     }
 }
