@@ -41,7 +41,7 @@ fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u
     };
     let config = Config::load(&opts)?;
     // Checked on new runs only: a resumed run goes on with the -e values it started with.
-    let ignored = crate::config::extra_vars::check_use(&config);
+    let ignored = crate::config::extra_vars::check_use(&config, &with.extra_vars);
     if !ignored.is_empty() {
         return Err(ConfigErrors(ignored).into());
     }

@@ -56,46 +56,56 @@ fn is_identifier(name: &str) -> bool {
 
 /// The `-e` keys the playbook would ignore: each an error on `-e`. A key is ignored when a
 /// sweep's matrix axis or the server's variants replace it, or when no template, `skip_if` or
-/// templated script uses it (said with the used name it is closest to).
-pub fn check_use(config: &Config) -> Vec<ConfigError> {
+/// templated script uses it (said with the used name it is closest to). `items` are the `-e`
+/// items as typed (`spec=on`, which YAML reads as `true`), for the messages.
+pub fn check_use(config: &Config, items: &[String]) -> Vec<ConfigError> {
     let used = used_variables(config);
     let mut errors = Vec::new();
-    for (key, value) in &config.extra_vars {
-        let given = format!("{key}={}", crate::point::value_text(value));
+    let mut seen = HashSet::new();
+    // The last item of a key is the one that counts, and each key is judged once.
+    for (key, raw) in items.iter().rev().filter_map(|item| split_extra_var(item).ok()) {
+        if !seen.insert(key) {
+            continue;
+        }
+        let given = format!("{key}={raw}");
         let problem = match (shadowing_axis(config, key), &used) {
-            (Some(axis), _) => Some(format!(
+            (Some(Shadow::Sweep(axis)), _) => Some(format!(
                 "`{given}` would be ignored: `{key}` is {axis}, whose values replace it; to run chosen points, pass --only {given} instead"
             )),
-            (None, Some(used)) if !used.contains(key.as_str()) => Some(unused(config, key, used)),
+            (Some(Shadow::Variants), _) => Some(format!(
+                "`{given}` would be ignored: `{key}` is an axis of the server's variants, whose values replace it; to measure chosen variants, list only those under `variants:`"
+            )),
+            (None, Some(used)) if !used.contains(key) => Some(unused(config, key, used)),
             _ => None,
         };
         errors.extend(problem.map(|p| ConfigError::plain(Path::new("-e"), p)));
     }
+    errors.reverse();
     errors
 }
 
-/// What replaces `-e key=...` everywhere it would be used: a sweep's matrix axis or an axis of
-/// the server's variants, named for the message.
-fn shadowing_axis(config: &Config, key: &str) -> Option<String> {
-    let sweep = config
-        .playbook
-        .steps
-        .iter()
-        .enumerate()
-        .find_map(|(i, step)| match step {
-            Step::RunSweep(sweep) if sweep.matrix.contains_key(key) => Some(format!(
-                "an axis of the matrix of step {} ({})",
-                i + 1,
-                step.display_name()
-            )),
-            _ => None,
-        });
-    let variants = config
-        .playbook
-        .server
-        .as_ref()
-        .filter(|s| s.variants.contains_key(key));
-    sweep.or_else(|| variants.map(|_| "an axis of the server's variants".to_string()))
+/// What replaces an `-e` value wherever it would be used.
+enum Shadow {
+    /// A sweep's matrix axis, named: `an axis of the matrix of step 4 (run-sweep)`.
+    Sweep(String),
+    /// An axis of the server's variants.
+    Variants,
+}
+
+/// What replaces `-e key=...` everywhere it would be used, if anything.
+fn shadowing_axis(config: &Config, key: &str) -> Option<Shadow> {
+    let mut steps = config.playbook.steps.iter().enumerate();
+    let sweep = steps.find_map(|(i, step)| match step {
+        Step::RunSweep(sweep) if sweep.matrix.contains_key(key) => Some(Shadow::Sweep(format!(
+            "an axis of the matrix of step {} ({})",
+            i + 1,
+            step.display_name()
+        ))),
+        _ => None,
+    });
+    let server = config.playbook.server.as_ref();
+    let variants = server.filter(|s| s.variants.contains_key(key));
+    sweep.or_else(|| variants.map(|_| Shadow::Variants))
 }
 
 /// The error for a key no template uses.
@@ -201,7 +211,11 @@ mod tests {
     fn problems(playbook: &str, extra: &[&str]) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
         let config = config(dir.path(), playbook, extra);
-        check_use(&config).iter().map(|e| e.message.clone()).collect()
+        let items: Vec<String> = extra.iter().map(|e| e.to_string()).collect();
+        check_use(&config, &items)
+            .iter()
+            .map(|e| e.message.clone())
+            .collect()
     }
 
     const SWEEP: &str = "name: t\nvars: {output_len: 32}\nsteps:\n  - run-sweep:\n      matrix: {concurrency: [1, 4]}\n      skip_if: concurrency > limit\n      command: echo {{ concurrency }} {{ output_len }}\n";
@@ -239,9 +253,9 @@ mod tests {
         std::fs::write(dir.path().join("s.sh"), "echo {{ batch }}\n").unwrap();
         let playbook = "name: t\nvars: {batch: 1}\nsteps:\n  - copy-script: {src: s.sh, dest: /tmp/s.sh, template: true}\n";
         let config = config(dir.path(), playbook, &["batch=2"]);
-        assert!(check_use(&config).is_empty());
+        assert!(check_use(&config, &["batch=2".into()]).is_empty());
         let config = config_with_plain_script(dir.path());
-        assert_eq!(check_use(&config).len(), 1);
+        assert_eq!(check_use(&config, &["batch=2".into()]).len(), 1);
     }
 
     fn config_with_plain_script(dir: &Path) -> Config {

@@ -260,7 +260,7 @@ fn exercise(dir: &Path, input: &Input) -> Reached {
         }
     };
     // `check` also judges the -e keys against the templates.
-    let _ = rigrun::config::extra_vars::check_use(&config);
+    let _ = rigrun::config::extra_vars::check_use(&config, &input.extra_vars);
     let builtins = Builtins {
         run_id: "RUN_ID".into(),
         rigrun: "rigrun".into(),

@@ -228,3 +228,19 @@ fn check_and_plan_count_what_runs_with_repetitions_and_variants() {
         "{plan}"
     );
 }
+
+#[test]
+fn a_server_variants_axis_is_named_as_such_for_extra_vars_and_only() {
+    let playbook = "name: t\nserver:\n  command: serve --spec {{ spec }}\n  url: http://127.0.0.1:1\n  variants: {spec: [off, on]}\nsteps:\n  - run-sweep:\n      matrix: {c: [1, 2]}\n      command: echo {{ c }}\n";
+    let dir = local_playbook(playbook);
+    assert_refused(
+        dir.path(),
+        &["-e", "spec=on"],
+        "error: -e: `spec=on` would be ignored: `spec` is an axis of the server's variants, whose values replace it; to measure chosen variants, list only those under `variants:`",
+    );
+    assert_refused(
+        dir.path(),
+        &["--only", "spec=on"],
+        "error: --only: `spec` is an axis of the server's variants, not of a sweep; --only chooses sweep points (the sweeps' axes are c)",
+    );
+}
