@@ -35,7 +35,9 @@ pub enum Command {
     /// telemetry (nvidia-smi, or a DCGM exporter) and its server's /metrics per point: power, J per output token,
     /// preemptions, throttling (see README, "Telemetry").
     Run(RunArgs),
-    /// Validate the playbook and inventory without connecting to any host.
+    /// Validate the playbook and inventory without connecting to any host (YAML, names,
+    /// templates, matrices, timeouts, -e keys, --only), each problem at file:line:col; when all is
+    /// well, print what would run, counting repetitions and server variants.
     Check(ConfigArgs),
     /// Show what would run on each host: its server variants, expanded steps and sweep points,
     /// skipped points with their reason. Connects to nothing.
@@ -67,18 +69,27 @@ pub struct ConfigArgs {
 /// What goes with a playbook: the inventory, the hosts, the `-e` values.
 #[derive(Args, Debug, Clone)]
 pub struct ConfigOpts {
-    /// The inventory file.
-    #[arg(short = 'i', long = "inventory", default_value = "hosts.yaml")]
-    pub inventory: PathBuf,
-    /// Run only on these hosts (comma-separated host or group names from the inventory).
+    /// The inventory file [default: hosts.yaml in the current directory].
+    #[arg(short = 'i', long = "inventory", value_name = "INVENTORY")]
+    pub inventory: Option<PathBuf>,
+    /// Run only on these hosts (comma-separated host or group names from the inventory, each
+    /// among the playbook's hosts).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,
     /// Set a variable, overriding inventory and playbook vars (repeatable). KEY is a name
     /// (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML so
     /// numbers stay numbers; a newline, tab, NUL or other control character in it is refused (put
-    /// such a value under vars: in the playbook or the inventory, or in a file).
+    /// such a value under vars: in the playbook or the inventory, or in a file). A KEY that no
+    /// template uses, or that a matrix axis replaces (use --only), is an error.
     #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
     pub extra_vars: Vec<String>,
+    /// Run only these sweep points: AXIS=VALUE, comma-separated or repeated. Values of one axis
+    /// add up (--only concurrency=16,concurrency=64 runs both), several axes narrow together
+    /// (--only concurrency=16,input_len=1000); a sweep without any of the axes runs whole. An
+    /// axis or value no sweep has is an error. The points left out are not run, and the run
+    /// (run.json, --resume, show, report) does not count them.
+    #[arg(long, value_name = "AXIS=VALUE,...", value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -97,7 +108,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "RUN_DIR",
-        conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "runs_dir"]
+        conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "only", "runs_dir"]
     )]
     pub resume: Option<PathBuf>,
     /// With --resume: also run again the points whose command ran and failed.

@@ -7,13 +7,14 @@ use anyhow::Result;
 
 use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, ShowArgs};
 use crate::config::slo::Slo;
-use crate::config::{Builtins, Config, ConfigErrors, LoadOptions};
+use crate::config::{Builtins, Config, ConfigError, ConfigErrors, LoadOptions};
 use crate::events::Status;
 use crate::executor::{self, RunOptions, Start};
 use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
 use crate::report::{self, CompareOptions, Contents, Format, Run};
+use crate::words::count;
 
 /// How a command that returned `err` ends: invalid input (a config error included), or failed.
 pub fn exit_for(err: &anyhow::Error) -> Exit {
@@ -32,13 +33,43 @@ fn load(playbook: &std::path::Path, with: &ConfigOpts) -> Result<Config> {
 fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u32>) -> Result<Config> {
     let opts = LoadOptions {
         playbook: playbook.to_path_buf(),
-        inventory: with.inventory.clone(),
+        inventory: inventory(with)?,
         limit: with.limit.clone(),
         extra_vars: with.extra_vars.clone(),
         repeat,
+        only: with.only.clone(),
     };
-    Ok(Config::load(&opts)?)
+    let config = Config::load(&opts)?;
+    // Checked on new runs only: a resumed run goes on with the -e values it started with.
+    let ignored = crate::config::extra_vars::check_use(&config, &with.extra_vars);
+    if !ignored.is_empty() {
+        return Err(ConfigErrors(ignored).into());
+    }
+    Ok(config)
 }
+
+/// The inventory: `-i FILE`, or `hosts.yaml` here, which must then exist (said as the default,
+/// with `-i` to name another, rather than as a file that cannot be read).
+fn inventory(with: &ConfigOpts) -> Result<std::path::PathBuf, ConfigErrors> {
+    if let Some(path) = &with.inventory {
+        return Ok(path.clone());
+    }
+    let path = std::path::PathBuf::from(DEFAULT_INVENTORY);
+    if path.exists() {
+        return Ok(path);
+    }
+    let here = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| "the current directory".into());
+    Err(ConfigError::plain(
+        &path,
+        format!("the default inventory is not in {here}; pass one with -i FILE"),
+    )
+    .into())
+}
+
+/// The inventory read when `-i` is not given, in the current directory.
+const DEFAULT_INVENTORY: &str = "hosts.yaml";
 
 /// Built-ins as `check` and `plan` show them: values only a run knows are named, not invented.
 fn offline_builtins() -> Builtins {
@@ -51,19 +82,14 @@ fn offline_builtins() -> Builtins {
 pub fn check(args: &ConfigArgs) -> Result<Exit> {
     let config = load(&args.playbook, &args.with)?;
     let plan = plan::build(&config, &offline_builtins())?;
-    let points: usize = plan
-        .hosts
-        .iter()
-        .flat_map(|h| &h.steps)
-        .map(|s| s.action.points().len())
-        .sum();
+    let sweeps: plan::SweepCount = plan.hosts.iter().map(plan::HostPlan::sweep_count).sum();
     println!(
-        "{} and {} are valid: {} hosts, {} steps, {} sweep points in all",
+        "{} and {} are valid: {}, {}; in all, {}",
         config.playbook_path.display(),
         config.inventory_path.display(),
-        config.hosts.len(),
-        config.playbook.steps.len(),
-        points
+        count(config.hosts.len(), "host"),
+        count(config.playbook.steps.len(), "step"),
+        sweeps.describe()
     );
     Ok(Exit::Ok)
 }
@@ -83,8 +109,6 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         },
         (None, Some(playbook)) => {
             let config = load_repeated(playbook, &args.with, args.repeat)?;
-            // Every template renders and every script exists before any host is touched.
-            plan::build(&config, &offline_builtins())?;
             let start = Start::New {
                 runs_dir: args.runs_dir.clone(),
             };
@@ -92,8 +116,15 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         }
         (None, None) => return Err(Invalid("name a playbook, or --resume RUN_DIR".into()).into()),
     };
+    // Every template renders and every script exists before any host is touched.
+    let plan = plan::build(&config, &offline_builtins())?;
+    let works = match &start {
+        Start::Resume { work, .. } => work.clone(),
+        Start::New { .. } => Default::default(),
+    };
+    let sweeps = crate::sweep_progress::plan_totals(&config, &plan, &works);
     let config = Arc::new(config);
-    let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet);
+    let progress = Progress::new(&config.hosts, config.playbook.steps.len(), !args.quiet).with_sweeps(sweeps);
     let opts = RunOptions {
         start,
         forks: args.forks,
@@ -175,6 +206,7 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
         ),
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
+    eprintln!("{}", next_commands(&outcome.run_dir));
     Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))
 }
 
@@ -189,6 +221,13 @@ fn none_connected(outcome: &executor::RunOutcome) -> Exit {
         "run {dir}: no host connected, nothing ran; once they are reachable: rigrun run --resume {dir}"
     );
     Exit::Failed
+}
+
+/// What to do with a run once it ended: its report and its comparison with another run, with
+/// the run directory as the shell reads it.
+fn next_commands(run_dir: &std::path::Path) -> String {
+    let dir = crate::config::template::shell_quote(&run_dir.display().to_string());
+    format!("next: rigrun report {dir} --out report.html · rigrun compare {dir}")
 }
 
 /// Reports missed references on stderr; true when they fail the run (`--check-references`).

@@ -20,8 +20,10 @@ pub mod resume;
 pub mod sim;
 pub mod steps;
 pub mod store;
+pub mod sweep_progress;
 pub mod telemetry;
 pub mod transport;
+pub mod words;
 
 #[doc(hidden)]
 pub mod testutil;

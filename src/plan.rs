@@ -15,6 +15,7 @@ use crate::config::server::ServerPlan;
 use crate::config::steps::Action;
 use crate::config::template;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, HostVars, Step};
+use crate::words::count;
 
 /// One step for one host, with its templates rendered.
 #[derive(Debug, Clone, Serialize)]
@@ -81,7 +82,9 @@ fn build_hosts(config: &Config, builtins: &Builtins) -> Result<Plan, ConfigError
             steps,
         });
     }
-    errors.dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
+    // The same mistake is usually found on every host: said once.
+    let mut seen = HashSet::new();
+    errors.retain(|e| seen.insert((e.file.clone(), e.line, e.column, e.message.clone())));
     if errors.is_empty() {
         Ok(Plan { hosts })
     } else {
@@ -158,23 +161,20 @@ pub fn describe(config: &Config, plan: &Plan) -> String {
     );
     for host in &plan.hosts {
         let spec = config.host(&host.host);
-        let (points, skipped) = count_points(&host.steps);
         let _ = writeln!(
             out,
-            "\nhost {} ({}, workdir {}): {} steps, {} sweep points ({} to run, {} skipped)",
+            "\nhost {} ({}, workdir {}): {}; {}",
             host.host,
             connection_summary(&host.host, spec),
             spec.workdir(),
-            host.steps.len(),
-            points,
-            points - skipped,
-            skipped
+            count(host.steps.len(), "step"),
+            host.sweep_count().describe()
         );
         if !host.variants.is_empty() {
             let _ = writeln!(
                 out,
-                "  server, {} variant(s), one after another: each stopped (its processes gone), the next started and ready before the steps below (shown for the first) run against it",
-                host.variants.len()
+                "  server, {}, one after another: each stopped (its processes gone), the next started and ready before the steps below (shown for the first) run against it",
+                count(host.variants.len(), "variant")
             );
             for variant in &host.variants {
                 variant.describe(&mut out);
@@ -187,10 +187,105 @@ pub fn describe(config: &Config, plan: &Plan) -> String {
     out
 }
 
-fn count_points(steps: &[PlannedStep]) -> (usize, usize) {
-    let points = steps.iter().flat_map(|s| s.action.points());
-    let skipped = points.clone().filter(|p| p.skip.is_some()).count();
-    (points.count(), skipped)
+/// How much of the sweeps runs on a host, or on all hosts together: points, and their runs
+/// counting each repetition and each server variant.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepCount {
+    /// Points that run (`skip_if` false, or decided at run time), once per variant.
+    pub points: usize,
+    /// What runs: each point once per repetition, for every server variant.
+    pub runs: usize,
+    /// Points `skip_if` skips.
+    pub skipped: usize,
+    /// Points `--only` leaves out.
+    pub left_out: usize,
+    /// Points whose `skip_if` is only decided at run time (counted as running).
+    pub pending: usize,
+    /// Whether some point is measured more than once.
+    pub repeated: bool,
+    /// Server variants each point runs against (1 without a `server:` block).
+    pub variants: usize,
+}
+
+impl HostPlan {
+    /// The host's sweeps, counted (see [`SweepCount`]).
+    pub fn sweep_count(&self) -> SweepCount {
+        let variants = self.variants.len().max(1);
+        let mut n = SweepCount {
+            variants,
+            ..SweepCount::default()
+        };
+        for step in &self.steps {
+            let Action::RunSweep(sweep) = &step.action else {
+                continue;
+            };
+            let running = sweep.points.iter().filter(|p| p.skip.is_none()).count();
+            n.points += running;
+            n.runs += running * sweep.repeat.max(1) as usize * variants;
+            n.skipped += sweep.points.len() - running;
+            n.left_out += sweep.left_out;
+            n.pending += sweep.points.iter().filter(|p| p.pending.is_some()).count();
+            n.repeated |= sweep.repeat > 1 && running > 0;
+        }
+        n
+    }
+}
+
+impl std::ops::Add for SweepCount {
+    type Output = SweepCount;
+
+    fn add(self, other: SweepCount) -> SweepCount {
+        SweepCount {
+            points: self.points + other.points,
+            runs: self.runs + other.runs,
+            skipped: self.skipped + other.skipped,
+            left_out: self.left_out + other.left_out,
+            pending: self.pending + other.pending,
+            repeated: self.repeated || other.repeated,
+            variants: self.variants.max(other.variants),
+        }
+    }
+}
+
+impl std::iter::Sum for SweepCount {
+    fn sum<I: Iterator<Item = SweepCount>>(iter: I) -> SweepCount {
+        iter.fold(SweepCount::default(), |a, b| a + b)
+    }
+}
+
+impl SweepCount {
+    /// `9 sweep points to run, 27 runs counting repetitions (1 skipped by skip_if)`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("{} to run", count(self.points, "sweep point"));
+        if self.runs != self.points {
+            let mut counting = Vec::new();
+            if self.repeated {
+                counting.push("repetitions".to_string());
+            }
+            if self.variants > 1 {
+                counting.push(count(self.variants, "server variant"));
+            }
+            text.push_str(&format!(
+                ", {} counting {}",
+                count(self.runs, "run"),
+                counting.join(" and ")
+            ));
+        }
+        let mut also = Vec::new();
+        if self.skipped > 0 {
+            also.push(format!("{} more skipped by skip_if", self.skipped));
+        }
+        if self.pending > 0 {
+            also.push(format!("skip_if decides {} of them at run time", self.pending));
+        }
+        if self.left_out > 0 {
+            also.push(format!("{} more left out by --only", self.left_out));
+        }
+        if !also.is_empty() {
+            text.push_str(&format!(" ({})", also.join(", ")));
+        }
+        text
+    }
 }
 
 fn connection_summary(name: &str, spec: &crate::config::HostSpec) -> String {
@@ -232,7 +327,7 @@ mod tests {
 
     #[test]
     fn an_empty_matrix_is_one_point() {
-        let points = cartesian(&IndexMap::new());
+        let points = cartesian(&IndexMap::<String, serde_saphyr::Spanned<Vec<Json>>>::new());
         assert_eq!(points.len(), 1);
         assert_eq!(point::label(&points[0]), "(single)");
     }

@@ -47,13 +47,13 @@ pub fn column(host: &str, variant: Option<&str>) -> String {
 }
 
 /// The cartesian product of the matrix, first key outermost, values in the order written.
-pub fn cartesian(matrix: &IndexMap<String, serde_saphyr::Spanned<Vec<Json>>>) -> Vec<Values> {
+pub fn cartesian<V: AsRef<[Json]>>(matrix: &IndexMap<String, serde_saphyr::Spanned<V>>) -> Vec<Values> {
     let mut points = vec![IndexMap::new()];
     for (key, values) in matrix {
         points = points
             .into_iter()
             .flat_map(|point| {
-                values.value.iter().map(move |v| {
+                values.value.as_ref().iter().map(move |v| {
                     let mut p = point.clone();
                     p.insert(key.clone(), v.clone());
                     p

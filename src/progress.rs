@@ -1,5 +1,7 @@
 //! Live progress on stderr: a line per host on a terminal (indicatif), plain prefixed lines
-//! otherwise. Output lines of commands are shown prefixed with host and point.
+//! otherwise. Output lines of commands are shown prefixed with host and point. A sweep's
+//! points say where they stand (`3/9`, `rep 2/3`) and how long the rest should take, from
+//! `sweep_progress`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -8,6 +10,8 @@ use indexmap::IndexMap;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::events::{Event, RecordStatus, Status};
+use crate::sweep_progress::{HostSweeps, SweepProgress};
+use crate::words::count;
 
 pub struct Progress {
     /// Bars per host on a terminal; None for plain lines.
@@ -15,6 +19,8 @@ pub struct Progress {
     steps: usize,
     /// Whether command output lines are shown (always kept in the run directory).
     show_output: bool,
+    /// Each host's sweeps, when the run said what they hold (see [`Progress::with_sweeps`]).
+    sweeps: IndexMap<String, SweepProgress>,
 }
 
 impl Progress {
@@ -41,7 +47,18 @@ impl Progress {
             bars,
             steps,
             show_output,
+            sweeps: IndexMap::new(),
         }
+    }
+
+    /// What each host's sweeps will run, so that points are counted (`3/9`) and the time left
+    /// estimated.
+    pub fn with_sweeps(mut self, totals: IndexMap<String, HostSweeps>) -> Progress {
+        self.sweeps = totals
+            .into_iter()
+            .map(|(h, t)| (h, SweepProgress::new(t)))
+            .collect();
+        self
     }
 
     fn line(&self, text: String) {
@@ -74,7 +91,7 @@ impl Progress {
                 let arch = facts.arch.as_deref().unwrap_or("?");
                 let gpus = facts
                     .gpu_count
-                    .map(|n| format!(", {n} GPU(s)"))
+                    .map(|n| format!(", {}", count(n as usize, "GPU")))
                     .unwrap_or_default();
                 self.status(host, format!("connected ({arch}{gpus})"));
             }
@@ -83,36 +100,11 @@ impl Progress {
             } => {
                 self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
             }
-            Event::PointStarted {
-                host,
-                step,
-                point,
-                attempt,
-                ..
-            } => self.status(host, format!("{step} {point}{}", attempt_note(*attempt))),
-            Event::PointFinished {
-                host,
-                step,
-                point,
-                status,
-                reason,
-                seconds,
-                attempt,
-                variant,
-                ..
-            } => {
-                let host = crate::point::column(host, variant.as_deref());
-                let how = match status {
-                    RecordStatus::Ok => format!("ok in {seconds:.1}s"),
-                    RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
-                    RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
-                    RecordStatus::Lost => format!("lost: {}", reason.as_deref().unwrap_or("")),
-                };
-                self.line(format!(
-                    "[{host}] {step} {point}{}: {how}",
-                    attempt_note(*attempt)
-                ));
+            Event::PointStarted { host, .. } => {
+                let text = self.point_started(event);
+                self.status(host, text);
             }
+            Event::PointFinished { .. } => self.point_finished(event),
             Event::Output {
                 host, label, line, ..
             } if self.show_output => {
@@ -188,6 +180,92 @@ impl Progress {
         }
     }
 
+    /// The host's line when a point starts: `step 4/5: run-sweep concurrency=16 (point 3/9,
+    /// rep 2/3) · about 1m left (estimated …)`.
+    fn point_started(&mut self, event: &Event) -> String {
+        let Some(at) = PointAt::of(event) else {
+            return String::new();
+        };
+        let step_of = at
+            .step_index
+            .map(|i| format!("step {}/{}: ", i + 1, self.steps))
+            .unwrap_or_default();
+        let (step, point) = (at.step, at.point);
+        let Some(sweep) = self.sweeps.get_mut(at.host) else {
+            return format!("{step_of}{step} {point}{}", attempt_note(at.attempt));
+        };
+        let index = at.step_index.unwrap_or(0);
+        let number = sweep.started(at.variant, index, point, at.repetition);
+        let mut notes = vec![format!("point {number}/{}", sweep.counts().1)];
+        notes.extend(at.notes(sweep.repeat_of(index)));
+        // Plain output says the estimate on lines of its own, now and then.
+        let estimate = match self.bars.is_some() {
+            true => sweep.estimate().map(|e| format!(" · {e}")).unwrap_or_default(),
+            false => String::new(),
+        };
+        format!("{step_of}{step} {point} ({}){estimate}", notes.join(", "))
+    }
+
+    /// A point's end as a line (`[host] run-sweep concurrency=16 (3/9, rep 2/3): ok in 1.8s`)
+    /// and, now and then in plain output (every tenth of the points), the estimate of the rest.
+    fn point_finished(&mut self, event: &Event) {
+        let (
+            Some(at),
+            Event::PointFinished {
+                status,
+                reason,
+                seconds,
+                ..
+            },
+        ) = (PointAt::of(event), event)
+        else {
+            return;
+        };
+        let how = match status {
+            RecordStatus::Ok => format!("ok in {seconds:.1}s"),
+            RecordStatus::Skipped => format!("skipped: {}", reason.as_deref().unwrap_or("")),
+            RecordStatus::Failed => format!("FAILED: {}", reason.as_deref().unwrap_or("")),
+            RecordStatus::Lost => format!("lost: {}", reason.as_deref().unwrap_or("")),
+        };
+        let (host, step, point) = (at.host, at.step, at.point);
+        let column = crate::point::column(host, at.variant);
+        let Some(sweep) = self.sweeps.get_mut(host) else {
+            self.line(format!(
+                "[{column}] {step} {point}{}: {how}",
+                attempt_note(at.attempt)
+            ));
+            return;
+        };
+        let index = at.step_index.unwrap_or(0);
+        let run = (
+            at.variant.map(String::from),
+            index,
+            point.to_string(),
+            at.repetition,
+        );
+        let counted = sweep.finished(run, *seconds, *status == RecordStatus::Skipped);
+        let mut notes: Vec<String> = counted
+            .map(|(done, total)| format!("{done}/{total}"))
+            .into_iter()
+            .collect();
+        notes.extend(at.notes(sweep.repeat_of(index)));
+        let notes = match notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", notes.join(", ")),
+        };
+        let estimate = sweep.estimate();
+        let (done, total) = sweep.counts();
+        let announce = self.bars.is_none() && sweep.announce();
+        self.line(format!("[{column}] {step} {point}{notes}: {how}"));
+        if let (true, Some(estimate)) = (announce, &estimate) {
+            self.line(format!("[{host}] {done}/{total} points done; {estimate}"));
+        }
+        if self.bars.is_some() {
+            let left = estimate.map(|e| format!(" · {e}")).unwrap_or_default();
+            self.status(host, format!("{step}: {done}/{total} points done{left}"));
+        }
+    }
+
     pub fn finish(&mut self) {
         if let Some((_, bars)) = &self.bars {
             for bar in bars.values().filter(|b| !b.is_finished()) {
@@ -207,6 +285,59 @@ impl Progress {
                  the run directory keep every line)"
             ));
         }
+    }
+}
+
+/// Where a point's start or end happened: the fields both events carry.
+struct PointAt<'a> {
+    host: &'a str,
+    step: &'a str,
+    point: &'a str,
+    step_index: Option<usize>,
+    attempt: u32,
+    repetition: u32,
+    variant: Option<&'a str>,
+}
+
+impl<'a> PointAt<'a> {
+    fn of(event: &'a Event) -> Option<PointAt<'a>> {
+        match event {
+            Event::PointStarted {
+                host,
+                step,
+                point,
+                step_index,
+                attempt,
+                repetition,
+                variant,
+            }
+            | Event::PointFinished {
+                host,
+                step,
+                point,
+                step_index,
+                attempt,
+                repetition,
+                variant,
+                ..
+            } => Some(PointAt {
+                host,
+                step,
+                point,
+                step_index: *step_index,
+                attempt: *attempt,
+                repetition: *repetition,
+                variant: variant.as_deref(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// `rep 2/3` in a sweep measuring each point `repeat` times, `attempt 2` after the first.
+    fn notes(&self, repeat: u32) -> Vec<String> {
+        let rep = (repeat > 1).then(|| format!("rep {}/{repeat}", self.repetition));
+        let attempt = (self.attempt > 1).then(|| format!("attempt {}", self.attempt));
+        rep.into_iter().chain(attempt).collect()
     }
 }
 
@@ -239,7 +370,7 @@ fn shorten_record(line: &str) -> String {
     .filter_map(|k| record.get(*k).map(|v| format!("{k}={v}")))
     .collect();
     match headline.is_empty() {
-        true => format!("record with {} metrics", record.len()),
+        true => format!("record with {}", count(record.len(), "metric")),
         false => format!("record: {}", headline.join(" ")),
     }
 }
@@ -263,7 +394,8 @@ mod tests {
             shorten_record(line),
             "record: output_throughput=22.5 completed=3 failed=0"
         );
-        assert_eq!(shorten_record(r#"{"a": 1}"#), "record with 1 metrics");
+        assert_eq!(shorten_record(r#"{"a": 1}"#), "record with 1 metric");
+        assert_eq!(shorten_record(r#"{"a": 1, "b": 2}"#), "record with 2 metrics");
         assert_eq!(shorten_record("plain log"), "plain log");
     }
 }

@@ -58,6 +58,18 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
+/// A step's `timeout:` (`deserialize_with`): a duration above zero, or absent for none. A zero
+/// timeout would fail every run of the step the moment it starts, so it is refused where it is
+/// written.
+pub fn timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Dur>, D::Error> {
+    match Option::<Dur>::deserialize(d)? {
+        Some(Dur(limit)) if limit.is_zero() => Err(de::Error::custom(
+            "a timeout of 0s would stop the step before it does anything; give it the time it needs, like 30m, or leave timeout: out for no limit",
+        )),
+        other => Ok(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +89,25 @@ mod tests {
         let err = Dur::parse("ten minutes").unwrap_err();
         assert!(err.contains("90s, 10m or 1h"), "{err}");
         assert!(Dur::parse("-5m").is_err());
+    }
+
+    #[test]
+    fn a_zero_timeout_is_refused() {
+        #[derive(Debug, Deserialize)]
+        struct Step {
+            #[serde(default, deserialize_with = "timeout")]
+            timeout: Option<Dur>,
+        }
+        let read = |yaml: &str| serde_saphyr::from_str::<Step>(yaml).map(|s| s.timeout);
+        assert_eq!(read("timeout: 90s").unwrap(), Some(Dur(Duration::from_secs(90))));
+        assert_eq!(read("{}").unwrap(), None);
+        for zero in ["timeout: 0s", "timeout: 0", "timeout: 0ms"] {
+            let err = read(zero).unwrap_err().to_string();
+            assert!(
+                err.contains("a timeout of 0s would stop the step"),
+                "{zero}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! touched. Every error names the file, line and column, and says what to do.
 
 pub mod duration;
+pub mod extra_vars;
 pub mod inventory;
+pub mod only;
 pub mod playbook;
 pub mod reference;
 pub mod render;
@@ -12,6 +14,9 @@ pub mod steps;
 pub mod template;
 mod validate;
 mod yaml;
+mod yaml_errors;
+
+pub use yaml_errors::scalar_at;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -53,12 +58,22 @@ impl ConfigError {
 
     /// An error at a place in `text`, with the line shown and a caret under the column.
     pub fn at(path: &Path, text: &str, loc: &Location, message: impl Into<String>) -> ConfigError {
+        ConfigError::at_line(path, text, (loc.line(), loc.column()), message)
+    }
+
+    /// An error at (line, column) of `text`, both from 1.
+    pub fn at_line(
+        path: &Path,
+        text: &str,
+        (line, column): (u64, u64),
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError {
             file: path.display().to_string(),
-            line: loc.line(),
-            column: loc.column(),
+            line,
+            column,
             message: message.into(),
-            snippet: Some(snippet(text, loc.line(), loc.column())),
+            snippet: Some(snippet(text, line, column)),
         }
     }
 }
@@ -101,15 +116,43 @@ impl From<ConfigError> for ConfigErrors {
     }
 }
 
-/// Renders the line `line` of `text` with a caret under `column`, like rustc does.
+/// Renders the line `line` of `text` with a caret under `column`, like rustc does; a long line
+/// is cut to [`SNIPPET_WIDTH`] characters around the column.
 pub fn snippet(text: &str, line: u64, column: u64) -> String {
     let Some(source) = text.lines().nth(line.saturating_sub(1) as usize) else {
         return String::new();
     };
+    let (shown, caret_at) = window(source, column.saturating_sub(1) as usize);
     let gutter = line.to_string().len();
     let pad = " ".repeat(gutter);
-    let caret = " ".repeat(column.saturating_sub(1) as usize);
-    format!("{pad} |\n{line} | {source}\n{pad} | {caret}^")
+    let caret = " ".repeat(caret_at);
+    format!("{pad} |\n{line} | {shown}\n{pad} | {caret}^")
+}
+
+/// The widest part of a line a snippet shows.
+const SNIPPET_WIDTH: usize = 100;
+
+/// `source` cut to [`SNIPPET_WIDTH`] characters around character `at` (`…` where cut), and
+/// where `at` falls in what is shown.
+fn window(source: &str, at: usize) -> (String, usize) {
+    let chars: Vec<char> = source.chars().collect();
+    if chars.len() <= SNIPPET_WIDTH {
+        return (source.to_string(), at);
+    }
+    let start = at
+        .saturating_sub(SNIPPET_WIDTH / 2)
+        .min(chars.len() - SNIPPET_WIDTH);
+    let end = start + SNIPPET_WIDTH;
+    let mut shown: String = chars[start..end].iter().collect();
+    let mut caret = at - start;
+    if start > 0 {
+        shown.insert(0, '…');
+        caret += 1;
+    }
+    if end < chars.len() {
+        shown.push('…');
+    }
+    (shown, caret)
 }
 
 /// The candidate closest to `given` by edit distance, when it is close enough to be a typo.
@@ -133,6 +176,8 @@ pub struct LoadOptions {
     pub extra_vars: Vec<String>,
     /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
     pub repeat: Option<u32>,
+    /// `--only AXIS=VALUE,...`, as given: the sweep points to run.
+    pub only: Vec<String>,
 }
 
 /// A checked configuration: both files, parsed, plus the hosts this run covers.
@@ -153,6 +198,8 @@ pub struct Config {
     pub slo: slo::Slo,
     /// `run --repeat N`: the repetitions of every sweep without its own `repeat:`.
     pub repeat: Option<u32>,
+    /// `--only`: the sweep points to run (every point when empty).
+    pub only: only::Only,
 }
 
 /// Values that rigrun defines for every host; they cannot be redefined as variables.
@@ -179,9 +226,13 @@ impl Config {
         playbook_text: String,
         inventory_text: String,
     ) -> Result<Config, ConfigErrors> {
-        let playbook = yaml::parse_str::<Playbook>(&opts.playbook, &playbook_text)?;
-        let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)?;
-        let extra_vars = parse_extra_vars(&opts.extra_vars)?;
+        let swapped = || swapped_files(opts, &playbook_text, &inventory_text);
+        let playbook = yaml::parse_str::<Playbook>(&opts.playbook, &playbook_text)
+            .map_err(|e| swapped().unwrap_or(e))?;
+        let inventory = yaml::parse_str::<Inventory>(&opts.inventory, &inventory_text)
+            .map_err(|e| swapped().unwrap_or(e))?;
+        let extra_vars = extra_vars::parse_extra_vars(&opts.extra_vars)?;
+        let only = only::Only::parse(&opts.only)?;
         let mut config = Config {
             playbook_path: opts.playbook.clone(),
             playbook_text,
@@ -194,9 +245,14 @@ impl Config {
             references: Vec::new(),
             slo: slo::Slo::default(),
             repeat: opts.repeat,
+            only,
         };
         config.hosts = validate::select_hosts(&config, opts.limit.as_deref())?;
         validate::check(&config)?;
+        let only_errors = config.only.check(&config);
+        if !only_errors.is_empty() {
+            return Err(ConfigErrors(only_errors));
+        }
         config.references = reference::resolve(&config).map_err(ConfigErrors)?;
         config.slo = slo::resolve(&config).map_err(ConfigErrors)?;
         Ok(config)
@@ -253,90 +309,40 @@ impl Config {
     }
 }
 
+/// When one of the two files does not load: the error for a playbook given where the
+/// inventory goes, or the other way round, if that is what happened.
+fn swapped_files(opts: &LoadOptions, playbook: &str, inventory: &str) -> Option<ConfigError> {
+    let usage = "the playbook comes first and the inventory after -i: rigrun check PLAYBOOK -i INVENTORY";
+    let inventory_is_playbook = yaml::shape(inventory) == Some(yaml::Shape::Playbook);
+    if yaml::shape(playbook) == Some(yaml::Shape::Inventory) {
+        let and = match inventory_is_playbook {
+            true => format!(
+                ", and {} given with -i is a playbook (it has `steps:`): the two are swapped",
+                opts.inventory.display()
+            ),
+            false => String::new(),
+        };
+        return Some(ConfigError::plain(
+            &opts.playbook,
+            format!("this file is an inventory (its `hosts:` maps host names to their settings), not a playbook{and}; {usage}"),
+        ));
+    }
+    inventory_is_playbook.then(|| {
+        ConfigError::plain(
+            &opts.inventory,
+            format!("this file is a playbook (it has `steps:`), not an inventory; {usage}"),
+        )
+    })
+}
+
 /// Turns a variable map into a template context.
 pub fn context(vars: &IndexMap<String, serde_json::Value>) -> Value {
     Value::from(minijinja::value::Serde(vars))
 }
 
-/// `-e KEY=VALUE`: the value is read as a YAML scalar, so `-e input_len=2000` is a number.
-fn parse_extra_vars(items: &[String]) -> Result<Vars, ConfigError> {
-    let mut vars = Vars::new();
-    for item in items {
-        let (key, raw) = split_extra_var(item)?;
-        let value = serde_saphyr::from_str::<serde_json::Value>(raw)
-            .ok()
-            .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
-            .unwrap_or_else(|| raw.into());
-        vars.insert(key.to_string(), value);
-    }
-    Ok(vars)
-}
-
-/// One `-e` item as its key (an identifier, as templates name it) and its raw value, which may
-/// hold no control character (YAML would fold a newline silently).
-fn split_extra_var(item: &str) -> Result<(&str, &str), ConfigError> {
-    let refuse = |message: String| ConfigError::plain(Path::new("-e"), message);
-    let Some((key, raw)) = item.split_once('=') else {
-        return Err(refuse(format!(
-            "`{}` is not KEY=VALUE; write it like -e input_len=2000",
-            item.escape_debug()
-        )));
-    };
-    if !is_identifier(key) {
-        return Err(refuse(format!(
-            "`{}` is not a variable name: KEY must be letters, digits and `_`, not starting with a digit (like input_len)",
-            key.escape_debug()
-        )));
-    }
-    if raw.chars().any(char::is_control) {
-        return Err(refuse(format!(
-            "the value of `{key}` holds a control character (a newline, tab, NUL or escape): -e takes one line of text; put such a value under vars: in the playbook or the inventory, or in a file the step reads"
-        )));
-    }
-    Ok((key, raw))
-}
-
-/// `[A-Za-z_][A-Za-z0-9_]*`.
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn extra_vars_read_numbers_as_numbers() {
-        let vars = parse_extra_vars(&["n=2000".into(), "url=http://x:1/".into(), "s=a b".into()]).unwrap();
-        assert_eq!(vars["n"], serde_json::json!(2000));
-        assert_eq!(vars["url"], serde_json::json!("http://x:1/"));
-        assert_eq!(vars["s"], serde_json::json!("a b"));
-        assert!(parse_extra_vars(&["novalue".into()]).is_err());
-    }
-
-    #[test]
-    fn extra_var_keys_are_identifiers() {
-        assert!(parse_extra_vars(&["_a1=x".into()]).is_ok());
-        for bad in ["na\np=1", "1a=x", "=x", "a b=x", "a-b=x", " a=x"] {
-            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
-            assert!(err.contains("is not a variable name"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn extra_var_values_with_control_characters_are_refused() {
-        for bad in ["k=a\nb", "k=a\0b", "k=\u{1b}[31m", "k=a\tb"] {
-            let err = parse_extra_vars(&[bad.into()]).unwrap_err().to_string();
-            assert!(
-                err.contains("the value of `k` holds a control character"),
-                "{err}"
-            );
-            assert!(err.contains("under vars:"), "{err}");
-        }
-        assert!(parse_extra_vars(&["k=a b é".into()]).is_ok());
-    }
 
     #[test]
     fn closest_suggests_typos_only() {
@@ -349,5 +355,17 @@ mod tests {
     fn snippet_points_at_the_column() {
         let s = snippet("a: 1\nbb: oops\n", 2, 5);
         assert_eq!(s, "  |\n2 | bb: oops\n  |     ^");
+    }
+
+    #[test]
+    fn a_long_line_is_cut_around_the_caret() {
+        let line = format!("x: {}y{}", "[".repeat(300), "]".repeat(300));
+        let s = snippet(&line, 1, 304);
+        let shown = s.lines().nth(1).unwrap();
+        let caret = s.lines().nth(2).unwrap();
+        assert!(shown.starts_with("1 | …[") && shown.ends_with("]…"), "{shown}");
+        assert_eq!(shown.chars().count(), "1 | ".len() + SNIPPET_WIDTH + 2);
+        let under: usize = caret.chars().position(|c| c == '^').unwrap();
+        assert_eq!(shown.chars().nth(under), Some('y'), "{s}");
     }
 }

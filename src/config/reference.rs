@@ -333,7 +333,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn matrix(axes: &[(&str, Json)]) -> IndexMap<String, Spanned<Vec<Json>>> {
+    fn matrix(axes: &[(&str, Json)]) -> Matrix {
         let text = serde_json::to_string(&serde_json::Map::from_iter(
             axes.iter().map(|(k, v)| (k.to_string(), v.clone())),
         ))

@@ -79,10 +79,15 @@ impl Renderer<'_> {
 
     /// An error at the place `at` was written in the playbook.
     pub fn error(&self, at: &serde_saphyr::Spanned<impl Sized>, message: String) -> RenderError {
+        self.error_at(&at.referenced, message)
+    }
+
+    /// An error at a place in the playbook.
+    pub fn error_at(&self, place: &serde_saphyr::Location, message: String) -> RenderError {
         RenderError::Config(ConfigError::at(
             &self.config.playbook_path,
             &self.config.playbook_text,
-            &at.referenced,
+            place,
             message,
         ))
     }

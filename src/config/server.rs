@@ -25,7 +25,7 @@ use serde_saphyr::Spanned;
 use super::duration::Dur;
 use super::playbook::{Quoting, Text};
 use super::render::{HostVars, RenderError, Renderer};
-use super::steps::{Matrix, StepKind, DEFAULT_SERVER_WAIT};
+use super::steps::{StepKind, DEFAULT_SERVER_WAIT};
 use super::template::shell_quote;
 use crate::point::{self, Values};
 
@@ -111,7 +111,7 @@ impl ServerSpec {
             referenced: values.referenced,
             defined: values.defined,
         };
-        let matrix: Matrix = self
+        let matrix: IndexMap<String, Spanned<Vec<serde_json::Value>>> = self
             .variants
             .iter()
             .map(|(k, v)| (k.clone(), as_json(v)))

@@ -3,8 +3,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde_saphyr::Location;
-
 use super::playbook::Text;
 use super::{closest, Builtins, Config, ConfigError, ConfigErrors, BUILTIN_NAMES};
 
@@ -61,18 +59,24 @@ fn limit_hosts<'a>(
             None => vec![name.as_str()],
         };
         if members.iter().all(|m| !wanted.contains(m)) {
-            let known: Vec<&str> = inv
+            let hosts = inv
                 .hosts
                 .keys()
                 .map(String::as_str)
-                .filter(|h| wanted.contains(h))
-                .collect();
+                .filter(|h| wanted.contains(h));
+            let groups = inv
+                .groups
+                .iter()
+                .filter(|(_, members)| members.iter().any(|m| wanted.contains(m.value.as_str())))
+                .map(|(group, _)| group.as_str());
+            let known: Vec<&str> = hosts.chain(groups).collect();
+            let hint = match closest(name, &known) {
+                Some(best) => format!("; did you mean `{best}`?"),
+                None => format!(" ({})", known.join(", ")),
+            };
             errors.push(ConfigError::plain(
                 std::path::Path::new("-l"),
-                format!(
-                    "`{name}` is not one of this playbook's hosts or their groups ({})",
-                    known.join(", ")
-                ),
+                format!("`{name}` is not one of this playbook's hosts or their groups{hint}"),
             ));
         }
         limited.extend(members);
@@ -221,15 +225,19 @@ pub fn check(config: &Config) -> Result<(), ConfigErrors> {
         let message = if found.called {
             super::template::unsupported_function(&var)
         } else {
+            let hint = match &found.suggestion {
+                Some(best) => format!("; did you mean `{best}`? Otherwise"),
+                None => ";".to_string(),
+            };
             format!(
-                "`{var}` is not defined for host {}; define it under vars: in the inventory, the host or the playbook, or pass -e {var}=VALUE",
+                "`{var}` is not defined for host {}{hint} define it under vars: in the inventory, the host or the playbook, or pass -e {var}=VALUE",
                 found.hosts.join(", ")
             )
         };
-        errors.push(ConfigError::at(
+        errors.push(ConfigError::at_line(
             &config.playbook_path,
             &config.playbook_text,
-            &found.place,
+            found.place,
             message,
         ));
     }
@@ -254,52 +262,116 @@ fn check_templates(
 ) {
     let mut local = defined.clone();
     local.extend(kind.own_variables().into_iter().map(String::from));
+    let uses = Uses {
+        source: &config.playbook_text,
+        defined: &local,
+        host,
+    };
     for (field, expr) in kind.expressions() {
         match super::template::expression_variables(&expr.value) {
-            Ok(used) => note_undefined(undefined, expr, used, &local, host),
+            Ok(used) => uses.note_undefined(undefined, expr, used, Braces::Not),
             Err(e) => errors.push(template_error(config, expr, field, &e)),
         }
     }
     for (text, _) in kind.templates() {
         match super::template::variables(&text.value) {
-            Ok(used) => note_undefined(undefined, text, used, &local, host),
+            Ok(used) => uses.note_undefined(undefined, text, used, Braces::Inside),
             Err(e) => errors.push(template_error(config, text, "template", &e)),
         }
     }
 }
 
-/// A name a template uses that no host defines: where, whether it is called, and on which hosts.
+/// A name a template uses that no host defines: where, whether it is called, on which hosts,
+/// and the defined name it is closest to.
 struct UndefinedUse {
-    place: Location,
+    /// (line, column) of the name itself in the playbook.
+    place: (u64, u64),
     /// Used as `name(...)`: an unsupported function rather than a missing variable.
     called: bool,
     hosts: Vec<String>,
+    suggestion: Option<String>,
 }
 
 type Undefined = BTreeMap<(u64, u64, String), UndefinedUse>;
 
-/// Records the names `text` uses that are neither defined nor minijinja's own functions.
-fn note_undefined(
-    undefined: &mut Undefined,
-    text: &Text,
-    used: HashSet<String>,
-    defined: &HashSet<String>,
-    host: &str,
-) {
-    let functions = super::template::functions();
-    for var in used
-        .into_iter()
-        .filter(|v| !defined.contains(v) && !functions.contains(&v.as_str()))
-    {
-        let called = super::template::calls(&text.value, &var);
-        let key = (text.referenced.line(), text.referenced.column(), var);
-        let entry = undefined.entry(key).or_insert_with(|| UndefinedUse {
-            place: text.referenced,
-            called,
-            hosts: Vec::new(),
-        });
-        entry.hosts.push(host.to_string());
+/// Whether a text's names stand inside `{{ }}` and `{% %}` (a template) or anywhere (an
+/// expression such as `skip_if`).
+#[derive(Clone, Copy, PartialEq)]
+enum Braces {
+    Inside,
+    Not,
+}
+
+/// The names one host defines, to judge the names a step's texts use.
+struct Uses<'a> {
+    /// The playbook's text, where the names are found.
+    source: &'a str,
+    defined: &'a HashSet<String>,
+    host: &'a str,
+}
+
+impl Uses<'_> {
+    /// Records the names `text` uses that are neither defined nor minijinja's own functions.
+    fn note_undefined(&self, undefined: &mut Undefined, text: &Text, used: HashSet<String>, braces: Braces) {
+        let functions = super::template::functions();
+        let mut candidates: Vec<&str> = self.defined.iter().map(String::as_str).collect();
+        candidates.sort_unstable();
+        for var in used
+            .into_iter()
+            .filter(|v| !self.defined.contains(v) && !functions.contains(&v.as_str()))
+        {
+            let called = super::template::calls(&text.value, &var);
+            let place = place_of(self.source, text, &var, braces);
+            let key = (place.0, place.1, var);
+            let entry = undefined.entry(key.clone()).or_insert_with(|| UndefinedUse {
+                place,
+                called,
+                hosts: Vec::new(),
+                suggestion: closest(&key.2, &candidates).map(str::to_string),
+            });
+            entry.hosts.push(self.host.to_string());
+        }
     }
+}
+
+/// Where `name` is first used in `text` in the playbook's `source`: (line, column) of the name
+/// itself — inside a folded command, the line it is on, not the start of the command. The
+/// text's start when it cannot be found (a quoted scalar whose escapes changed it).
+fn place_of(source: &str, text: &Text, name: &str, braces: Braces) -> (u64, u64) {
+    let start = (text.referenced.line(), text.referenced.column());
+    let span = text.referenced.span();
+    let (Some(offset), Some(len)) = (span.byte_offset(), span.byte_len()) else {
+        return start;
+    };
+    let (offset, end) = (offset as usize, (offset + len) as usize);
+    let Some(written) = source.get(offset..end.min(source.len())) else {
+        return start;
+    };
+    let Some(at) = find_name(written, name, braces) else {
+        return start;
+    };
+    let before = &source[..offset + at];
+    let line = before.matches('\n').count() as u64 + 1;
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..].chars().count() as u64 + 1;
+    (line, column)
+}
+
+/// The byte where `name` first stands as a whole word in `text` (inside `{{ }}` or `{% %}`
+/// when `braces` says so).
+fn find_name(text: &str, name: &str, braces: Braces) -> Option<usize> {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).map(|(i, _)| i).find(|&i| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        let whole = !before.is_some_and(|c| word(c) || c == '.') && !after.is_some_and(word);
+        let inside = || {
+            let head = &text[..i];
+            let opened = head.rfind("{{").max(head.rfind("{%"));
+            let closed = head.rfind("}}").max(head.rfind("%}"));
+            opened.is_some() && opened > closed
+        };
+        whole && (braces == Braces::Not || inside())
+    })
 }
 
 fn template_error(config: &Config, text: &Text, what: &str, err: &str) -> ConfigError {

@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde_saphyr::{Location, Options};
+use serde_saphyr::Options;
 
-use super::ConfigError;
+use super::{yaml_errors, ConfigError};
 
 /// Largest YAML file we read; a playbook or inventory is a few kilobytes.
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -49,84 +49,65 @@ fn not_utf8(path: &Path, bytes: &[u8], bad: usize) -> ConfigError {
     }
 }
 
-/// Parses YAML text that came from `path` (used in error messages only).
+/// Parses YAML text that came from `path` (used in error messages only). An error reads
+/// `file:line:col: message` with the line shown and a caret under the place, once.
 pub fn parse_str<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
     serde_saphyr::from_str_with_options(text, options()).map_err(|err| {
-        let location = err.location();
-        let message = explain_budget(suggest_step_kind(&strip_location_suffix(
-            &err.without_snippet().to_string(),
-        )));
-        let name = path.display().to_string();
-        let rendered =
-            err.render_with_options(serde_saphyr::render_options! { source_name: Some(name.as_str()) });
-        // The first line repeats the message; we print our own `file:line:col: message` first.
-        let snippet = rendered
-            .split_once('\n')
-            .map(|(_, rest)| rest.to_string())
-            .unwrap_or_default();
-        ConfigError {
-            file: path.display().to_string(),
-            line: location.as_ref().map(Location::line).unwrap_or(0),
-            column: location.as_ref().map(Location::column).unwrap_or(0),
-            message,
-            snippet: Some(snippet),
+        let message = yaml_errors::explain(&err, text);
+        match err.location() {
+            Some(loc) => ConfigError::at(path, text, &loc, message),
+            None => ConfigError::plain(path, message),
         }
     })
 }
 
+/// What a YAML file is, judged by its top-level keys: a playbook has `steps:`, an inventory a
+/// `hosts:` mapping of host names (a playbook's `hosts:` is a list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Playbook,
+    Inventory,
+}
+
+/// The shape of `text`, when it parses and has one.
+pub fn shape(text: &str) -> Option<Shape> {
+    let value: serde_json::Value = serde_saphyr::from_str_with_options(text, options()).ok()?;
+    let top = value.as_object()?;
+    if top.contains_key("steps") {
+        Some(Shape::Playbook)
+    } else if top.get("hosts").is_some_and(serde_json::Value::is_object) {
+        Some(Shape::Inventory)
+    } else {
+        None
+    }
+}
+
 fn options() -> Options {
     let budget = serde_saphyr::budget! {
-        max_events: 200_000,
-        max_nodes: 100_000,
-        max_aliases: 1_000,
-        max_anchors: 1_000,
-        max_depth: 48,
+        max_events: yaml_errors::MAX_EVENTS,
+        max_nodes: yaml_errors::MAX_NODES,
+        max_aliases: yaml_errors::MAX_ALIASES,
+        max_anchors: yaml_errors::MAX_ANCHORS,
+        max_depth: yaml_errors::MAX_DEPTH,
         max_documents: 1,
     };
     serde_saphyr::options! { budget: budget }
 }
 
-/// serde lists the valid variants of an unknown step kind; we add the closest one.
-fn suggest_step_kind(message: &str) -> String {
-    let Some(rest) = message.split("unknown variant `").nth(1) else {
-        return message.to_string();
-    };
-    let Some((given, _)) = rest.split_once('`') else {
-        return message.to_string();
-    };
-    match crate::config::closest(given, crate::config::steps::STEP_KINDS) {
-        Some(best) => format!("{message}; did you mean `{best}`?"),
-        None => message.to_string(),
-    }
-}
-
-/// serde-saphyr appends " at line X column Y"; we print the location ourselves, first.
-fn strip_location_suffix(message: &str) -> String {
-    if let Some(i) = message.rfind(" at line ") {
-        let tail = &message[i + " at line ".len()..];
-        let mut words = tail.split_whitespace();
-        let shape = (words.next(), words.next(), words.next(), words.next());
-        if let (Some(line), Some("column"), Some(col), None) = shape {
-            if line.parse::<u64>().is_ok() && col.parse::<u64>().is_ok() {
-                return message[..i].to_string();
-            }
-        }
-    }
-    message.to_string()
-}
-
-/// Budget breaches get a sentence saying what they mean for a playbook.
-fn explain_budget(message: String) -> String {
-    if message.starts_with("budget breached") {
-        format!("{message}: the YAML expands beyond what a playbook or inventory needs (aliases, nesting or size), so rigrun refuses it")
-    } else {
-        message
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn playbooks_and_inventories_are_told_apart() {
+        assert_eq!(shape("name: t\nhosts: [a]\nsteps: []\n"), Some(Shape::Playbook));
+        assert_eq!(
+            shape("hosts:\n  a: {connection: local}\n"),
+            Some(Shape::Inventory)
+        );
+        assert_eq!(shape("name: t\nhosts: [a]\n"), None);
+        assert_eq!(shape("- a\n"), None);
+    }
 
     #[test]
     fn invalid_utf8_is_placed_at_its_line_and_column() {
@@ -136,14 +117,5 @@ mod tests {
         let err = read_file(&path).unwrap_err();
         assert_eq!((err.line, err.column), (2, 13), "{err}");
         assert!(err.message.contains("0xff is not UTF-8"), "{err}");
-    }
-
-    #[test]
-    fn strips_only_a_trailing_location() {
-        assert_eq!(strip_location_suffix("bad value at line 3 column 5"), "bad value");
-        assert_eq!(
-            strip_location_suffix("x at line 3, column 12 (used"),
-            "x at line 3, column 12 (used"
-        );
     }
 }

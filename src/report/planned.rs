@@ -1,7 +1,8 @@
-//! The sweep points a run planned, read back from the playbook and inventory its manifest keeps,
-//! so that every planned point has a row, in the plan's order, and a point without a record
-//! says why: skipped by the plan (`skip_if`, known before anything ran), its end as the journal
-//! tells it (its record line unreadable), or `not run` with the reason.
+//! The sweep points a run planned (those `--only` kept), read back from the playbook, inventory
+//! and filter its manifest keeps, so that every planned point has a row, in the plan's order,
+//! and a point without a record says why: skipped by the plan (`skip_if`, known before anything
+//! ran), its end as the journal tells it (its record line unreadable), or `not run` with the
+//! reason.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use indexmap::IndexMap;
 use super::cell::Cell;
 use super::steps::StepRecords;
 use super::Run;
+use crate::config::only::Only;
 use crate::config::{Playbook, Step};
 use crate::events::Status;
 use crate::point;
@@ -31,12 +33,15 @@ impl Planned {
     pub fn of(manifest: &Manifest) -> Planned {
         let playbook: Option<Playbook> = serde_saphyr::from_str(&manifest.playbook.source).ok();
         let steps = playbook.map(|p| p.steps).unwrap_or_default();
+        // The points `--only` left out were not planned.
+        let only = Only::parse(&manifest.playbook.only).unwrap_or_default();
         let sweeps = steps
             .iter()
             .enumerate()
             .filter_map(|(i, step)| match step {
                 Step::RunSweep(sweep) => {
-                    let points = point::cartesian(&sweep.matrix)
+                    let points = sweep
+                        .chosen_points(&only)
                         .into_iter()
                         .map(|p| (point::label(&p), p))
                         .collect();

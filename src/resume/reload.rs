@@ -86,6 +86,7 @@ fn options(manifest: &Manifest) -> LoadOptions {
         limit: Some(manifest.hosts.keys().cloned().collect()),
         extra_vars: extra_vars(&manifest.playbook.extra_vars),
         repeat: manifest.playbook.repeat,
+        only: manifest.playbook.only.clone(),
     }
 }
 

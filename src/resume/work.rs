@@ -1,6 +1,7 @@
 //! What one host still has to do: which steps run and, for a sweep, which points (each
 //! repetition of a repeated sweep on its own) run as which attempt. A new run has an empty history, so everything runs as its first attempt.
 
+use crate::config::only::Only;
 use crate::config::steps::OnResume;
 use crate::config::{Config, Step};
 use crate::events::Status;
@@ -35,6 +36,8 @@ pub struct HostWork {
     runs: Vec<bool>,
     /// `run --repeat N`, for sweeps without their own `repeat:`.
     repeat: Option<u32>,
+    /// `--only`: the sweep points the run runs.
+    only: Only,
     /// The server the points measure was started anew (a server variant run again): a point
     /// cut short runs as its next attempt rather than re-attaching to what measured the old one.
     server_restarted: bool,
@@ -48,6 +51,7 @@ impl HostWork {
             redo: Redo::default(),
             runs: vec![true; config.playbook.steps.len()],
             repeat: config.repeat,
+            only: config.only.clone(),
             server_restarted: false,
         }
     }
@@ -66,6 +70,7 @@ impl HostWork {
             redo,
             runs: Vec::new(),
             repeat: config.repeat,
+            only: config.only.clone(),
             server_restarted: false,
         };
         let steps = &config.playbook.steps;
@@ -154,7 +159,11 @@ impl HostWork {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
-            .flat_map(|(i, step)| units(step, self.repeat).into_iter().map(move |u| (i, u)))
+            .flat_map(|(i, step)| {
+                units(step, self.repeat, &self.only)
+                    .into_iter()
+                    .map(move |u| (i, u))
+            })
             .filter(|(i, (label, r))| matches!(self.point(*i, label, *r), PointWork::Run { .. }))
             .filter(|(i, (label, _))| !skipped(*i, label))
             .count()
@@ -168,7 +177,7 @@ impl HostWork {
             if !self.runs_step(i) {
                 continue;
             }
-            for (label, r) in units(step, self.repeat) {
+            for (label, r) in units(step, self.repeat, &self.only) {
                 let shown = match r {
                     1 => label.clone(),
                     r => format!("{label} (repetition {r})"),
@@ -209,7 +218,7 @@ impl HostWork {
     /// Why step `index` did not end ok, if it did not.
     fn failure(&self, index: usize, step: &Step) -> Option<String> {
         if step.as_kind().on_resume() == OnResume::Measure {
-            let failed: Vec<String> = units(step, self.repeat)
+            let failed: Vec<String> = units(step, self.repeat, &self.only)
                 .into_iter()
                 .filter_map(|(label, r)| match self.point(index, &label, r) {
                     PointWork::Keep {
@@ -233,7 +242,7 @@ impl HostWork {
 
     fn has_own_work(&self, index: usize, step: &Step) -> bool {
         match step.as_kind().on_resume() {
-            OnResume::Measure => units(step, self.repeat)
+            OnResume::Measure => units(step, self.repeat, &self.only)
                 .iter()
                 .any(|(label, r)| matches!(self.point(index, label, *r), PointWork::Run { .. })),
             OnResume::Setup | OnResume::Collect => !matches!(
@@ -244,11 +253,13 @@ impl HostWork {
     }
 }
 
-/// A sweep's units of work, from its matrix and `repeat:` (or the run's `--repeat`; known
-/// before anything is rendered): each point's label with each of its repetitions.
-pub fn units(step: &Step, run_repeat: Option<u32>) -> Vec<(String, u32)> {
+/// A sweep's units of work, from its matrix (the points `--only` keeps) and `repeat:` (or the
+/// run's `--repeat`; known before anything is rendered): each point's label with each of its
+/// repetitions.
+pub fn units(step: &Step, run_repeat: Option<u32>, only: &Only) -> Vec<(String, u32)> {
     match step {
-        Step::RunSweep(sweep) => point::cartesian(&sweep.matrix)
+        Step::RunSweep(sweep) => sweep
+            .chosen_points(only)
             .iter()
             .map(point::label)
             .flat_map(|label| (1..=sweep.repetitions(run_repeat)).map(move |r| (label.clone(), r)))

@@ -103,6 +103,9 @@ pub struct PlaybookInfo {
     /// `run --repeat N`, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u32>,
+    /// `--only AXIS=VALUE,...`, when given: the sweep points the run ran (older runs: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -348,6 +351,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
             source: config.playbook_text.clone(),
             extra_vars: serde_json::to_value(&config.extra_vars).unwrap_or_default(),
             repeat: config.repeat,
+            only: config.only.items(),
         },
         inventory: InventoryInfo {
             path: config.inventory_path.display().to_string(),

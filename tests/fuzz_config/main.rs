@@ -246,6 +246,7 @@ fn exercise(dir: &Path, input: &Input) -> Reached {
         limit: None,
         extra_vars: input.extra_vars.clone(),
         repeat: None,
+        only: Vec::new(),
     };
     std::fs::write(&opts.playbook, &input.playbook).unwrap();
     std::fs::write(&opts.inventory, &input.inventory).unwrap();
@@ -258,6 +259,8 @@ fn exercise(dir: &Path, input: &Input) -> Reached {
             return Reached::Refused;
         }
     };
+    // `check` also judges the -e keys against the templates.
+    let _ = rigrun::config::extra_vars::check_use(&config, &input.extra_vars);
     let builtins = Builtins {
         run_id: "RUN_ID".into(),
         rigrun: "rigrun".into(),

@@ -14,7 +14,10 @@ mod sim_support;
 
 mod bench_faults;
 mod bench_sim;
+mod config_checks;
 mod config_errors;
+mod config_yaml;
+mod progress;
 mod report;
 mod report_compare;
 mod report_facts;

@@ -82,7 +82,7 @@ fn the_variant_demo_starts_the_sim_without_and_with_speculation_on_both_hosts() 
     for (host, port) in [("blackwell", 31001), ("a6000", 31002)] {
         let of_host = plan.split(&format!("host {host} (local")).nth(1).unwrap();
         assert!(
-            of_host.contains("server, 2 variant(s), one after another"),
+            of_host.contains("server, 2 variants, one after another"),
             "{plan}"
         );
         assert!(

@@ -16,6 +16,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct CopyScript {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     /// Relative to the playbook file.
     pub src: Text,

@@ -14,6 +14,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct FetchResults {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     pub src: Text,
     /// Turn fetched JSON result files into records (default true).

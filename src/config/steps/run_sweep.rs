@@ -12,6 +12,7 @@ use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
 use crate::point::{self, cartesian};
+use crate::words::{count, thousands};
 
 /// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
 /// ten thousand is days of measuring per host, far beyond real sweeps (tens to hundreds); and
@@ -24,6 +25,7 @@ pub const MAX_POINTS: u128 = 10_000;
 pub struct RunSweep {
     pub name: Option<String>,
     /// Per point.
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     #[serde(default)]
     pub matrix: Matrix,
@@ -87,6 +89,13 @@ pub struct RunSweepPlan {
     pub repeat: u32,
     #[serde(skip_serializing_if = "RepeatOrder::is_default")]
     pub repeat_order: RepeatOrder,
+    /// Points of the matrix that `--only` leaves out (not in `points`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunSweepPlan {
@@ -152,11 +161,18 @@ impl Plans for RunSweep {
             if values.value.is_empty() {
                 return Err(r.error(values, format!("matrix `{key}` has no values")));
             }
+            let text = &r.config.playbook_text;
+            let written = |i: usize| crate::config::scalar_at(text, &values.value.place(i));
+            if let Some((i, message)) = mixed_types(key, &values.value, &written) {
+                return Err(r.error_at(&values.value.place(i), message));
+            }
         }
         if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
             return Err(r.error(first, message));
         }
-        let points = cartesian(&self.matrix)
+        let chosen = self.chosen_points(&r.config.only);
+        let left_out = cartesian(&self.matrix).len() - chosen.len();
+        let points = chosen
             .into_iter()
             .map(|values| self.point(r, values))
             .collect::<Result<_, _>>()?;
@@ -166,6 +182,7 @@ impl Plans for RunSweep {
             retries: super::retries(r, &self.retries)?,
             repeat: repeat(r, &self.repeat)?.unwrap_or(r.config.repeat.unwrap_or(1)),
             repeat_order: self.repeat_order,
+            left_out,
         })
     }
 }
@@ -190,6 +207,63 @@ pub fn check_size(matrix: &Matrix) -> Result<u128, String> {
     ))
 }
 
+/// The kind of a matrix value, as a person names it (`16` and `0.5` are both numbers).
+fn kind_of(value: &Json) -> &'static str {
+    match value {
+        Json::Number(_) => "a number",
+        Json::String(_) => "text",
+        Json::Bool(_) => "a boolean",
+        Json::Null => "empty",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a mapping",
+    }
+}
+
+/// The first value of an axis whose kind differs from the others' (the kind most values share,
+/// the first value's on a tie), with the error naming it: `[1, 4, l6, 64]` would run `l6` as
+/// a concurrency, and `skip_if` would compare text with numbers.
+fn mixed_types(
+    axis: &str,
+    values: &[Json],
+    written: &dyn Fn(usize) -> Option<String>,
+) -> Option<(usize, String)> {
+    let kinds: Vec<&str> = values.iter().map(kind_of).collect();
+    let share = |kind: &str| kinds.iter().filter(|k| **k == kind).count();
+    let common = kinds
+        .iter()
+        .copied()
+        .max_by_key(|k| (share(k), std::cmp::Reverse(kinds.iter().position(|x| x == k))))?;
+    let (i, odd) = kinds.iter().enumerate().find(|(_, k)| **k != common)?;
+    let value = written(i).unwrap_or_else(|| point::value_text(&values[i]));
+    let others = match common {
+        "a number" => "numbers".to_string(),
+        "a boolean" => "booleans".to_string(),
+        other => other.to_string(),
+    };
+    let hint = match (common, as_number(&value)) {
+        ("a number", Some(n)) => format!("; did you mean {n}?"),
+        ("a number", None) => ": write it as a number".to_string(),
+        _ => format!(": write every value of `{axis}` as {common}"),
+    };
+    Some((
+        i,
+        format!("matrix `{axis}`: `{value}` is {odd} while the other values are {others}; every value of an axis is of one kind{hint}"),
+    ))
+}
+
+/// `l6` read as `16`, `1O24` as `1024`: letters that look like digits, when that makes a number.
+fn as_number(text: &str) -> Option<String> {
+    let digits: String = text
+        .chars()
+        .map(|c| match c {
+            'l' | 'I' | '|' => '1',
+            'O' | 'o' => '0',
+            other => other,
+        })
+        .collect();
+    (digits != text && digits.parse::<f64>().is_ok()).then_some(digits)
+}
+
 /// `repeat:` as written, checked to be 1 to [`MAX_REPEAT`]; None when absent (the run's
 /// `--repeat`, or once, then applies).
 fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<Option<u32>, RenderError> {
@@ -206,20 +280,14 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
     }
 }
 
-/// `10000000` as `10,000,000`.
-fn thousands(n: u128) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 impl RunSweep {
+    /// The matrix's points that `--only` keeps, in the sweep's order.
+    pub fn chosen_points(&self, only: &crate::config::only::Only) -> Vec<point::Values> {
+        let mut points = cartesian(&self.matrix);
+        points.retain(|values| only.keeps(values));
+        points
+    }
+
     /// How many times each point is measured, as planning allows it (`run_default`, the run's
     /// `--repeat`, or 1 when `repeat:` is absent; out-of-range values never get past planning).
     pub fn repetitions(&self, run_default: Option<u32>) -> u32 {
@@ -254,14 +322,19 @@ impl Describe for RunSweepPlan {
     fn describe(&self, out: &mut String, head: &str) {
         let retries = match self.retries {
             0 => String::new(),
-            n => format!(" (a failed point is retried up to {n} times)"),
+            n => format!(" (a failed point is retried up to {})", count(n as usize, "time")),
         };
         let repeat = match (self.repeat, self.repeat_order) {
             (0 | 1, _) => String::new(),
             (n, RepeatOrder::Interleaved) => format!(", each measured {n} times (interleaved)"),
             (n, RepeatOrder::Consecutive) => format!(", each measured {n} times (consecutively)"),
         };
-        let _ = writeln!(out, "{head}: {} points{repeat}{retries}", self.points.len());
+        let left_out = match self.left_out {
+            0 => String::new(),
+            n => format!(" ({} left out by --only)", count(n, "more point")),
+        };
+        let points = count(self.points.len(), "point");
+        let _ = writeln!(out, "{head}: {points}{left_out}{repeat}{retries}");
         for p in &self.points {
             let label = p.label();
             let _ = match (&p.skip, &p.pending) {
@@ -319,6 +392,7 @@ mod tests {
             retries: 0,
             repeat,
             repeat_order,
+            left_out: 0,
         }
     }
 
@@ -335,10 +409,38 @@ mod tests {
     }
 
     #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(10_000_000), "10,000,000");
+    fn an_axis_of_mixed_kinds_names_the_odd_value() {
+        let values = |yaml: &str| serde_saphyr::from_str::<Vec<Json>>(yaml).unwrap();
+        let mixed_types = |axis: &str, values: &[Json]| mixed_types(axis, values, &|_| None);
+        let (i, message) = mixed_types("concurrency", &values("[1, 4, l6, 64]")).unwrap();
+        assert_eq!(i, 2);
+        assert_eq!(
+            message,
+            "matrix `concurrency`: `l6` is text while the other values are numbers; every value of an axis is of one kind; did you mean 16?"
+        );
+        let (i, message) = mixed_types("model", &values("[a, b, 3]")).unwrap();
+        assert_eq!(i, 2);
+        assert!(
+            message.ends_with("write every value of `model` as text"),
+            "{message}"
+        );
+        let (i, message) = mixed_types("c", &values("[1, x]")).unwrap();
+        assert_eq!(
+            (
+                i,
+                message.contains("`x` is text while the other values are numbers")
+            ),
+            (1, true)
+        );
+        assert!(
+            mixed_types("c", &values("[1, 2.5, 1e3]")).is_none(),
+            "ints and floats are numbers"
+        );
+        assert!(mixed_types("m", &values("[a, b]")).is_none());
+        let (_, message) = super::mixed_types("c", &values("[1, y]"), &|_| Some("y".into())).unwrap();
+        assert!(
+            message.contains("`y` is a boolean while the other values are numbers"),
+            "{message}"
+        );
     }
 }

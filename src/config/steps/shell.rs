@@ -14,6 +14,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct Shell {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     pub command: Text,
     /// How many times a failed command is run again (waiting 1 s, 2 s, 4 s, …).
@@ -49,7 +50,12 @@ impl Describe for ShellPlan {
     fn describe(&self, out: &mut String, head: &str) {
         let _ = match self.retries {
             0 => writeln!(out, "{head}: $ {}", self.command),
-            n => writeln!(out, "{head}: $ {}  (retried up to {n} times)", self.command),
+            n => writeln!(
+                out,
+                "{head}: $ {}  (retried up to {})",
+                self.command,
+                crate::words::count(n as usize, "time")
+            ),
         };
     }
 }

@@ -15,6 +15,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct StartServer {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     pub command: Text,
     pub url: Text,

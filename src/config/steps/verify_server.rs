@@ -15,6 +15,7 @@ use crate::config::render::{RenderError, Renderer};
 #[serde(deny_unknown_fields)]
 pub struct VerifyServer {
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::config::duration::timeout")]
     pub timeout: Option<Dur>,
     pub url: Text,
     /// Must be listed by `/v1/models` when given.
