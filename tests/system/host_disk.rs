@@ -121,7 +121,7 @@ fn a_workdir_that_fills_during_a_sweep_fails_the_point_with_the_disk_named() {
         "one record: {recs:?}"
     );
     assert!(
-        stderr.contains(&format!("run-sweep n=2: FAILED: {said}")),
+        stderr.contains(&format!("run-sweep n=2 (2/2): FAILED: {said}")),
         "{stderr}"
     );
     for raw in ["I/O error", "echo:", "No such file", "rebooted", "lost"] {
