@@ -19,8 +19,10 @@ fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
     let known_hosts = dir.join("known_hosts");
     std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
     let workdir = dir.join("work");
-    // 32 + 8 tokens per request and a KV capacity of 160 tokens: C=1 and C=4 fit, C≥16 do not.
-    let host_vars = "    vars: {model: rigrun/tiny, kv_capacity_tokens: 160}\n";
+    // 32 + 64 tokens per request and a KV capacity of 400 tokens: C=1 and C=4 fit, C≥16 do not.
+    // Requests of 64 tokens last long enough that a loaded machine's few milliseconds of delay
+    // in sending (the parallel tests) do not keep the client from holding C=4 in flight.
+    let host_vars = "    vars: {model: rigrun/tiny, kv_capacity_tokens: 400}\n";
     let inventory = format!(
         "vars: {{server_url: \"{}\"}}\nhosts:\n{}groups:\n  gpu: [a]\n",
         sim.base,
@@ -39,7 +41,7 @@ fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
                 "-e",
                 "input_len=32",
                 "-e",
-                "output_len=8",
+                "output_len=64",
             ],
         );
         let (stdout, stderr) = text(&out);
@@ -57,7 +59,7 @@ fn the_native_sweep_playbook_measures_a_host_with_the_uploaded_binary() {
         assert_eq!(m["valid"], true, "{m}");
         assert_eq!(m["completed"], 5 * c);
         assert_eq!(m["total_input_tokens"], 5 * c * 32);
-        assert_eq!(m["total_output_tokens"], 5 * c * 8);
+        assert_eq!(m["total_output_tokens"], 5 * c * 64);
         assert_eq!(m["peak_concurrency"], c);
     }
     for c in [16u64, 32, 64, 128, 256, 512, 1024] {
