@@ -231,7 +231,7 @@ impl Transport {
     }
 
     /// How long a dead link may go unnoticed: the keepalive probes' window (see
-    /// `ssh::Keepalive`); nothing for a local host.
+    /// `ssh::master::Keepalive`); nothing for a local host.
     pub(crate) fn unnoticed_for(&self) -> std::time::Duration {
         match &self.link {
             Link::Ssh(t) => t.unnoticed_for(),
