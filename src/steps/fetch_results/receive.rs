@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use futures_util::StreamExt as _;
 use sha2::{Digest, Sha256};
 
-use super::{Entry, Kind};
+use super::listing::{Entry, Kind};
 use crate::transport::{ManySink, Streamed, Tar, Transport};
 
 /// Files streamed one by one at once: small files overlap their round trips, big ones share the
