@@ -81,25 +81,16 @@ impl Progress {
         }
     }
 
+    /// Shows one event: a host's status (its bar, or a `[host] …` line) or a line of its own.
     pub fn show(&mut self, event: &Event) {
-        if let Event::Output { .. } = event {
-            crate::events::output_backlog::shown();
-        }
         match event {
             Event::HostConnecting { host } => self.status(host, "connecting".into()),
             Event::HostConnected { host, facts } => {
-                let arch = facts.arch.as_deref().unwrap_or("?");
-                let gpus = facts
-                    .gpu_count
-                    .map(|n| format!(", {}", count(n as usize, "GPU")))
-                    .unwrap_or_default();
-                self.status(host, format!("connected ({arch}{gpus})"));
+                self.status(host, connected_text(facts.arch.as_deref(), facts.gpu_count))
             }
             Event::StepStarted {
                 host, index, name, ..
-            } => {
-                self.status(host, format!("step {}/{}: {name}", index + 1, self.steps));
-            }
+            } => self.status(host, format!("step {}/{}: {name}", index + 1, self.steps)),
             Event::PointStarted { host, .. } => {
                 let text = self.point_started(event);
                 self.status(host, text);
@@ -107,55 +98,19 @@ impl Progress {
             Event::PointFinished { .. } => self.point_finished(event),
             Event::Output {
                 host, label, line, ..
-            } if self.show_output => {
-                self.line(format!("[{host} {label}] {}", shorten_record(line)));
-            }
-            Event::StepFinished {
-                host,
-                index,
-                name,
-                status,
-                error,
-                seconds,
-                variant,
-                ..
-            } => {
-                let host = crate::point::column(host, variant.as_deref());
-                let how = match (status, error) {
-                    (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
-                    (_, Some(e)) => format!("FAILED: {e}"),
-                    _ => "failed".into(),
-                };
-                self.line(format!(
-                    "[{host}] step {}/{} {name}: {how}",
-                    index + 1,
-                    self.steps
-                ));
-            }
+            } => self.output(host, label, line),
+            Event::StepFinished { .. } => self.step_finished(event),
             Event::HostFinished {
                 host,
                 status,
                 failed_step,
                 ..
-            } => {
-                let text = match (status, failed_step) {
-                    (Status::Ok, _) => "done".to_string(),
-                    (_, Some(step)) => format!("FAILED at {step}"),
-                    _ => "failed".into(),
-                };
-                if let Some((_, bars)) = &self.bars {
-                    if let Some(bar) = bars.get(host) {
-                        bar.finish_with_message(text);
-                        return;
-                    }
-                }
-                self.status(host, text);
-            }
+            } => self.host_finished(host, host_end_text(status, failed_step.as_deref())),
             Event::Warning { host, message } | Event::Notice { host, message } => {
                 self.line(format!("[{host}] warning: {message}"))
             }
             Event::VariantStarted { host, variant, .. } => {
-                self.line(format!("[{host}] variant {variant}: starting the server"));
+                self.variant_said(host, variant, "starting the server")
             }
             Event::VariantReady {
                 host,
@@ -163,21 +118,69 @@ impl Progress {
                 error,
                 startup,
                 ..
-            } => self.line(format!(
-                "[{host}] variant {variant}: {}",
-                startup_text(error, startup)
-            )),
+            } => self.variant_said(host, variant, &startup_text(error, startup)),
             Event::VariantStopped {
                 host,
                 variant,
                 error: Some(e),
                 ..
-            } => self.line(format!(
-                "[{host}] variant {variant}: the server could not be stopped: {e}"
-            )),
+            } => self.variant_said(host, variant, &format!("the server could not be stopped: {e}")),
             Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
             _ => {}
         }
+    }
+
+    /// A command's output line, prefixed with host and point, when output is shown; counted as
+    /// shown either way (see `output_backlog`).
+    fn output(&self, host: &str, label: &str, line: &str) {
+        crate::events::output_backlog::shown();
+        if self.show_output {
+            self.line(format!("[{host} {label}] {}", shorten_record(line)));
+        }
+    }
+
+    /// A step's end as a line: `[host] step 2/5 run-sweep: ok (12.3s)`, or why it failed.
+    fn step_finished(&self, event: &Event) {
+        let Event::StepFinished {
+            host,
+            index,
+            name,
+            status,
+            error,
+            seconds,
+            variant,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let host = crate::point::column(host, variant.as_deref());
+        let how = match (status, error) {
+            (Status::Ok, _) => format!("ok ({seconds:.1}s)"),
+            (_, Some(e)) => format!("FAILED: {e}"),
+            _ => "failed".into(),
+        };
+        self.line(format!(
+            "[{host}] step {}/{} {name}: {how}",
+            index + 1,
+            self.steps
+        ));
+    }
+
+    /// A host's end: its bar finished with `text` on a terminal, a `[host] …` line otherwise.
+    fn host_finished(&self, host: &str, text: String) {
+        if let Some((_, bars)) = &self.bars {
+            if let Some(bar) = bars.get(host) {
+                bar.finish_with_message(text);
+                return;
+            }
+        }
+        self.status(host, text);
+    }
+
+    /// A line about a host's server variant: `[host] variant v1: …`.
+    fn variant_said(&self, host: &str, variant: &str, what: &str) {
+        self.line(format!("[{host}] variant {variant}: {what}"));
     }
 
     /// The host's line when a point starts: `step 4/5: run-sweep concurrency=16 (point 3/9,
@@ -338,6 +341,24 @@ impl<'a> PointAt<'a> {
         let rep = (repeat > 1).then(|| format!("rep {}/{repeat}", self.repetition));
         let attempt = (self.attempt > 1).then(|| format!("attempt {}", self.attempt));
         rep.into_iter().chain(attempt).collect()
+    }
+}
+
+/// A host's status once connected: `connected (x86_64, 8 GPUs)`.
+fn connected_text(arch: Option<&str>, gpu_count: Option<u64>) -> String {
+    let arch = arch.unwrap_or("?");
+    let gpus = gpu_count
+        .map(|n| format!(", {}", count(n as usize, "GPU")))
+        .unwrap_or_default();
+    format!("connected ({arch}{gpus})")
+}
+
+/// A host's status at its end: `done`, or the step it failed at.
+fn host_end_text(status: &Status, failed_step: Option<&str>) -> String {
+    match (status, failed_step) {
+        (Status::Ok, _) => "done".to_string(),
+        (_, Some(step)) => format!("FAILED at {step}"),
+        _ => "failed".into(),
     }
 }
 
