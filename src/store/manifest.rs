@@ -175,22 +175,9 @@ impl Manifest {
     pub fn apply(&mut self, event: &Event, now: DateTime<Utc>) -> bool {
         match event {
             Event::RunResumed { pid, machine, .. } => self.resume(*pid, machine, now),
-            Event::HostConnecting { host } => {
-                // The host's status says how its latest attempt ended.
-                let entry = self.host(host);
-                (entry.status, entry.failed_step, entry.error) = (None, None, None);
-            }
-            Event::HostConnected { host, facts } => {
-                self.host(host).facts = facts.clone();
-            }
-            Event::GpusFound { host, gpus, source } => {
-                let facts = &mut self.host(host).facts;
-                // nvidia-smi's list, when it gave one, stands.
-                if facts.gpus.is_empty() {
-                    (facts.gpus, facts.gpu_source) = (gpus.clone(), Some(source.clone()));
-                    facts.gpu_count = Some(gpus.len() as u64);
-                }
-            }
+            Event::HostConnecting { host } => self.host(host).new_attempt(),
+            Event::HostConnected { host, facts } => self.host(host).facts = facts.clone(),
+            Event::GpusFound { host, gpus, source } => self.host(host).gpus_found(gpus, source),
             Event::StepStarted {
                 host,
                 index,
@@ -199,18 +186,8 @@ impl Manifest {
                 attempt,
                 variant,
             } => {
-                self.host(host).steps.push(StepEntry {
-                    variant: variant.clone(),
-                    index: *index,
-                    name: name.clone(),
-                    kind: kind.clone(),
-                    attempt: *attempt,
-                    status: Status::Running,
-                    started_at: now,
-                    finished_at: None,
-                    error: None,
-                    details: Json::Null,
-                });
+                let step = StepEntry::running(variant, *index, name, kind, *attempt, now);
+                self.host(host).steps.push(step);
             }
             Event::StepFinished {
                 host,
@@ -221,15 +198,8 @@ impl Manifest {
                 variant,
                 ..
             } => {
-                let steps = self.host(host).steps.iter_mut().rev();
-                if let Some(step) = steps
-                    .filter(|s| s.variant == *variant)
-                    .find(|s| s.index == *index)
-                {
-                    step.status = *status;
-                    step.error = error.clone();
-                    step.details = details.clone();
-                    step.finished_at = Some(now);
+                if let Some(step) = self.host(host).latest_step(variant, *index) {
+                    step.finish(*status, error, details, now);
                 }
             }
             Event::HostFinished {
@@ -237,56 +207,38 @@ impl Manifest {
                 status,
                 failed_step,
                 error,
-            } => {
-                let entry = self.host(host);
-                entry.status = Some(*status);
-                entry.failed_step = failed_step.clone();
-                entry.error = error.clone();
-            }
+            } => self.host(host).finish(*status, failed_step, error),
             Event::Warning { host, message } => self.host(host).warnings.push(message.clone()),
             Event::VariantStarted {
                 host,
                 variant,
                 command,
                 ..
-            } => {
-                let entry = VariantEntry {
-                    command: command.clone(),
-                    status: Some(Status::Running),
-                    ..VariantEntry::default()
-                };
-                self.host(host).variants.insert(variant.clone(), entry);
-            }
+            } => self.host(host).variant_started(variant, command),
             Event::VariantReady {
                 host,
                 variant,
                 status,
                 error,
                 startup,
-            } => {
-                let entry = self.host(host).variants.entry(variant.clone()).or_default();
-                (entry.status, entry.error, entry.startup) = (Some(*status), error.clone(), startup.clone());
-            }
+            } => self.host(host).variant(variant).ready(*status, error, startup),
             Event::VariantStopped {
                 host,
                 variant,
                 error,
                 details,
-            } => {
-                let entry = self.host(host).variants.entry(variant.clone()).or_default();
-                entry.stop = details.clone();
-                if error.is_some() {
-                    (entry.status, entry.error) = (Some(Status::Failed), error.clone());
-                }
-            }
+            } => self.host(host).variant(variant).stopped(error, details),
             Event::Interrupted => self.mark_interrupted(now),
-            Event::RunFinished { status } => {
-                self.status = *status;
-                self.finished_at = Some(now);
-            }
+            Event::RunFinished { status } => self.finish(*status, now),
             _ => return false,
         }
         true
+    }
+
+    /// The run's end: how it went, and when.
+    fn finish(&mut self, status: Status, now: DateTime<Utc>) {
+        self.status = status;
+        self.finished_at = Some(now);
     }
 
     /// A resume: the run goes on, written by this process.
@@ -320,6 +272,101 @@ impl Manifest {
             if entry.status.is_none() {
                 entry.status = Some(Status::Interrupted);
             }
+        }
+    }
+}
+
+impl HostEntry {
+    /// The host connects (again): its status says how its latest attempt ended, so none yet.
+    fn new_attempt(&mut self) {
+        (self.status, self.failed_step, self.error) = (None, None, None);
+    }
+
+    /// GPUs learnt from another source than nvidia-smi; nvidia-smi's list, when it gave one, stands.
+    fn gpus_found(&mut self, gpus: &[crate::facts::Gpu], source: &str) {
+        let facts = &mut self.facts;
+        if facts.gpus.is_empty() {
+            (facts.gpus, facts.gpu_source) = (gpus.to_vec(), Some(source.to_string()));
+            facts.gpu_count = Some(gpus.len() as u64);
+        }
+    }
+
+    /// The latest run of step `index` (against `variant`): a resumed run runs some steps again.
+    fn latest_step(&mut self, variant: &Option<String>, index: usize) -> Option<&mut StepEntry> {
+        self.steps
+            .iter_mut()
+            .rev()
+            .filter(|s| s.variant == *variant)
+            .find(|s| s.index == index)
+    }
+
+    /// The host's end: how it went, and where and why it failed.
+    fn finish(&mut self, status: Status, failed_step: &Option<String>, error: &Option<String>) {
+        self.status = Some(status);
+        self.failed_step = failed_step.clone();
+        self.error = error.clone();
+    }
+
+    /// A server variant starts: a fresh entry, running.
+    fn variant_started(&mut self, variant: &str, command: &str) {
+        let entry = VariantEntry {
+            command: command.to_string(),
+            status: Some(Status::Running),
+            ..VariantEntry::default()
+        };
+        self.variants.insert(variant.to_string(), entry);
+    }
+
+    /// The entry of server variant `variant`, made when missing.
+    fn variant(&mut self, variant: &str) -> &mut VariantEntry {
+        self.variants.entry(variant.to_string()).or_default()
+    }
+}
+
+impl StepEntry {
+    /// A step that has just started.
+    fn running(
+        variant: &Option<String>,
+        index: usize,
+        name: &str,
+        kind: &str,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> StepEntry {
+        StepEntry {
+            variant: variant.clone(),
+            index,
+            name: name.to_string(),
+            kind: kind.to_string(),
+            attempt,
+            status: Status::Running,
+            started_at: now,
+            finished_at: None,
+            error: None,
+            details: Json::Null,
+        }
+    }
+
+    /// The step's end: how it went, why not, what it reported, and when.
+    fn finish(&mut self, status: Status, error: &Option<String>, details: &Json, now: DateTime<Utc>) {
+        self.status = status;
+        self.error = error.clone();
+        self.details = details.clone();
+        self.finished_at = Some(now);
+    }
+}
+
+impl VariantEntry {
+    /// How the variant's server came up (or why it did not).
+    fn ready(&mut self, status: Status, error: &Option<String>, startup: &Json) {
+        (self.status, self.error, self.startup) = (Some(status), error.clone(), startup.clone());
+    }
+
+    /// How its stop went; a stop that failed fails the variant.
+    fn stopped(&mut self, error: &Option<String>, details: &Json) {
+        self.stop = details.clone();
+        if error.is_some() {
+            (self.status, self.error) = (Some(Status::Failed), error.clone());
         }
     }
 }
