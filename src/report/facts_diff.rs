@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 
-use super::compare::run_label;
 use super::header::{field, memory, server_details, server_facts};
 use super::Run;
 use crate::point::value_text;
@@ -120,7 +119,7 @@ pub fn across_runs(runs: &[Run]) -> Vec<FactsDiff> {
                 let entry = run.manifest.hosts.get(host)?;
                 let mut facts = facts_of(entry);
                 facts.extend(super::workload::facts(run, host));
-                Some((format!("@{}", run_label(runs, run)), facts))
+                Some((format!("@{}", run.label(runs)), facts))
             })
             .collect();
         (columns.len() > 1).then(|| FactsDiff::new(format!("host {host} across runs"), columns))

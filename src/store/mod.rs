@@ -11,7 +11,6 @@
 
 mod manifest;
 mod run_dir;
-pub mod writer;
 
 pub use manifest::{manifest_for, HostEntry, Manifest, Process};
 pub use run_dir::{beside, read_events, read_manifest, read_records, slug, RunDir};
