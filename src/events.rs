@@ -61,6 +61,21 @@ impl Record {
     }
 }
 
+/// Marks a record's metrics `valid: false` and extends its `problems` by `more` (a `problems`
+/// that is not a list becomes the list's first entry): what [`Record::is_invalid`] reads.
+pub fn mark_invalid(metrics: &mut serde_json::Map<String, Json>, more: Vec<String>) {
+    metrics.insert("valid".into(), Json::Bool(false));
+    let problems = metrics
+        .entry("problems")
+        .or_insert_with(|| Json::Array(Vec::new()));
+    if !problems.is_array() {
+        *problems = Json::Array(vec![problems.take()]);
+    }
+    if let Json::Array(list) = problems {
+        list.extend(more.into_iter().map(Json::String));
+    }
+}
+
 /// Where a record lists the metrics it cannot have and why (`{metric: reason}`): rigrun adds
 /// them (energy per token without the benchmark's window), and the tables show such a cell as
 /// unknown with the reason rather than as missing.

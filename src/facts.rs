@@ -101,7 +101,7 @@ impl From<GpuEntry> for Gpu {
 }
 
 /// What an inference server says of itself (verify-server asks `/v1/models`, vLLM's `/version`,
-/// SGLang's `/get_server_info`, llama.cpp's `/props`); kept in the step's details.
+/// SGLang's `/get_server_info`, llama.cpp's `/props`); part of its [`ServerReply`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ServerFacts {
@@ -114,6 +114,37 @@ pub struct ServerFacts {
     pub launch_args: Option<serde_json::Map<String, Json>>,
     /// Per endpoint asked: `ok` or `absent (why)`.
     pub endpoints: IndexMap<String, String>,
+}
+
+/// What a host's inference server said of itself when rigrun checked it, at a `verify-server`
+/// step or as a server variant became ready: the models it serves, their context length and
+/// its [`ServerFacts`]. Both write these keys among the step's details (the variant's
+/// startup), where run.json has always kept them; [`ServerReply::within`] reads them back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerReply {
+    pub models: Vec<String>,
+    pub max_model_len: Option<u64>,
+    /// Absent in runs from before rigrun asked, or when what it wrote cannot be read.
+    pub facts: Option<ServerFacts>,
+}
+
+impl ServerReply {
+    /// The reply `details` hold, if they hold one: `models` beside `max_model_len`, which only
+    /// a server's check writes (start-server's details name the models alone).
+    pub fn within(details: &Json) -> Option<ServerReply> {
+        let models = details.get("models")?.as_array()?;
+        let max_model_len = details.get("max_model_len")?.as_u64();
+        let facts = details.get("server_facts").filter(|f| f.is_object());
+        Some(ServerReply {
+            models: models
+                .iter()
+                .filter_map(Json::as_str)
+                .map(str::to_string)
+                .collect(),
+            max_model_len,
+            facts: facts.and_then(|f| serde_json::from_value(f.clone()).ok()),
+        })
+    }
 }
 
 /// The line [`COMMAND`] prints first: whatever a host printed before it (a login shell's banner
@@ -381,5 +412,22 @@ mod tests {
         assert_eq!(f.home, std::env::var("HOME").unwrap());
         assert_eq!(f.arch.as_deref(), Some(std::env::consts::ARCH));
         assert!(f.nvidia_smi.is_some());
+    }
+
+    #[test]
+    fn a_servers_reply_is_read_where_verify_server_and_a_variant_write_it() {
+        let details = serde_json::json!({"url": "http://l:8000", "models": ["Qwen/Q"],
+            "max_model_len": 4096, "server_facts": {"engine": "vllm", "version": "0.9.1"}});
+        let reply = ServerReply::within(&details).unwrap();
+        assert_eq!(
+            (reply.models, reply.max_model_len),
+            (vec!["Qwen/Q".to_string()], Some(4096))
+        );
+        assert_eq!(reply.facts.unwrap().engine.as_deref(), Some("vllm"));
+        let older = serde_json::json!({"models": ["m"], "max_model_len": null});
+        assert_eq!(ServerReply::within(&older).unwrap().facts, None);
+        let start_server = serde_json::json!({"command": "serve", "models": ["m"]});
+        assert_eq!(ServerReply::within(&start_server), None, "not a server's check");
+        assert_eq!(ServerReply::within(&serde_json::json!({"url": "u"})), None);
     }
 }

@@ -3,8 +3,9 @@
 #
 #   bash tests/run.sh          everything (what CI runs)
 #   bash tests/run.sh --fast   the edit-compile-test loop: unit tests, the simulator and bench
-#                              tests, and the tests against real sshd servers on loopback; no
-#                              network namespaces, no Chromium, no llama.cpp, no tmpfs mounts
+#                              tests, the layering, and the tests against real sshd servers on
+#                              loopback; no network namespaces, no Chromium, no llama.cpp, no
+#                              tmpfs mounts
 #
 # Anything after `--` goes to `cargo test` (e.g. `-- --test ssh_run`). The OS packages the tests
 # need are installed with apt-get when run as root; otherwise the one command that would install
@@ -19,16 +20,17 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --fast) fast=true ;;
     --) shift; cargo_args=("$@"); break ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tests/run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
 # The test binaries (tests/<name>/main.rs) that need only this machine and a loopback sshd
-# (fuzz_config runs a few hundred generated configurations; `bash fuzz/config.sh` a million); the
-# others are system (root: namespaces, tmpfs), browser (Chromium) and llama (llama.cpp).
-fast_tests=(local sshd fuzz_config)
+# (fuzz_config runs a few hundred generated configurations; `bash fuzz/config.sh` a million;
+# layering reads the sources for imports against ARCHITECTURE.md's floors); the others are
+# system (root: namespaces, tmpfs), browser (Chromium) and llama (llama.cpp).
+fast_tests=(local sshd fuzz_config layering)
 
 # What the tests start: sshd and ssh always; for the full run also ip (network namespaces),
 # Chromium (the HTML report), and cmake, g++ and unzip (building llama-server).

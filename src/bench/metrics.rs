@@ -221,7 +221,7 @@ impl Collector {
     /// `ns` after `t0` as Unix seconds on this machine's clock, so that telemetry sampled on
     /// the same host (nvidia-smi's timestamps) can be clipped to a window of this level.
     pub fn unix_at(&self, ns: u64) -> f64 {
-        crate::telemetry::unix_now() - self.t0.elapsed().as_secs_f64() + ns as f64 / 1e9
+        crate::clock::unix_now() - self.t0.elapsed().as_secs_f64() + ns as f64 / 1e9
     }
 
     fn since_t0(&self, at: Instant) -> u64 {

@@ -26,9 +26,10 @@ use minijinja::value::Value;
 use serde_saphyr::Location;
 
 pub use inventory::{Connection, HostSpec, Inventory, KnownHostsPolicy, Vars};
-pub use playbook::{Playbook, Quoting};
+pub use playbook::Playbook;
 pub use render::HostVars;
 pub use steps::Step;
+pub use template::Quoting;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone)]

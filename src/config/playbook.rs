@@ -1,14 +1,11 @@
 //! The playbook: which hosts, which variables, the steps to run on each host in order (each
 //! step kind is a module of `config/steps/`), the server and its variants (`server.rs`) and the latency limits the report judges them by.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::inventory::Vars;
 use super::steps::Step;
-
-/// A template string with the place it was written, for errors.
-pub type Text = Spanned<String>;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -24,11 +21,4 @@ pub struct Playbook {
     /// Latency limits the report judges each host's sweep by (see `slo.rs`).
     #[serde(default)]
     pub slo: super::slo::SloSpec,
-}
-
-/// Which text fields of a step are shell commands (their substitutions get shell-quoted).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Quoting {
-    Plain,
-    Shell,
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use indexmap::IndexMap;
 use serde_json::Value as Json;
 
-use super::playbook::{Quoting, Text};
+use super::template::{Quoting, Text};
 use super::{context, template, Config, ConfigError};
 
 /// Host variables as a name → JSON value map.

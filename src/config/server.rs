@@ -23,10 +23,9 @@ use serde_json::Value as Json;
 use serde_saphyr::Spanned;
 
 use super::duration::Dur;
-use super::playbook::{Quoting, Text};
 use super::render::{HostVars, RenderError, Renderer};
 use super::steps::{StepKind, DEFAULT_SERVER_WAIT};
-use super::template::shell_quote;
+use super::template::{shell_quote, Quoting, Text};
 use crate::point::{self, Values};
 
 /// The most variants one server block may name (each is a server start).

@@ -10,8 +10,18 @@ use std::sync::OnceLock;
 
 use minijinja::value::Value;
 use minijinja::{Environment, ErrorKind, UndefinedBehavior};
+use serde::Serialize;
+use serde_saphyr::Spanned;
 
-use super::playbook::Quoting;
+/// A template string with the place it was written, for errors.
+pub type Text = Spanned<String>;
+
+/// Which text fields of a step are shell commands (their substitutions get shell-quoted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Quoting {
+    Plain,
+    Shell,
+}
 
 /// The steps one render may take (minijinja's fuel: about one per instruction and one per 64
 /// bytes of data made). A playbook's command takes tens and a templated script thousands, so a

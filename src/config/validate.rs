@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::playbook::Text;
+use super::template::Text;
 use super::{closest, Builtins, Config, ConfigError, ConfigErrors, BUILTIN_NAMES};
 
 /// The hosts the playbook runs on, in inventory order, narrowed by `-l`.

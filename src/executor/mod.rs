@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 mod host;
 mod rigrun_binary;
+mod store_thread;
 mod variants;
 
 use indexmap::IndexMap;
@@ -19,7 +20,7 @@ use crate::config::Config;
 use crate::events::{Event, EventSender, Status};
 use crate::progress::Progress;
 use crate::resume::HostWork;
-use crate::store::{self, manifest_for, Process, RunDir};
+use crate::store::{manifest_for, Process, RunDir};
 use crate::transport::Transport;
 
 pub struct RunOptions {
@@ -94,7 +95,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     let run_path = run_dir.path.clone();
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let (store_failed_tx, store_failed) = oneshot::channel();
-    let store = store::writer::spawn(run_dir, progress, rx, store_failed_tx);
+    let store = store_thread::spawn(run_dir, progress, rx, store_failed_tx);
     let _ = tx.send(first);
 
     let control_dir = tempfile::Builder::new()

@@ -14,7 +14,6 @@ use serde_json::Value as Json;
 
 use super::cell::format_number;
 use super::cell::invalid_reason;
-use super::compare::run_label;
 use super::planned::{not_run_reason, Planned};
 use super::scaling::{concurrency_of, series_name, series_of};
 use super::stats::Summary;
@@ -436,7 +435,7 @@ fn why_unmeasured(
 fn run_suffix(runs: &[Run], run: &Run) -> String {
     match runs.len() {
         1 => String::new(),
-        _ => format!(" @{}", run_label(runs, run)),
+        _ => format!(" @{}", run.label(runs)),
     }
 }
 

@@ -229,7 +229,7 @@ impl<'a> Across<'a> {
         let labelled: Vec<(&str, Option<&StepRecords>)> = self
             .runs
             .iter()
-            .map(|r| run_label(self.runs, r))
+            .map(|r| r.label(self.runs))
             .zip(matching.iter().copied())
             .collect();
         let slo = first
@@ -322,10 +322,10 @@ fn run_columns(runs: &[Run], hosts: &[String]) -> Vec<String> {
     let mut columns = vec!["point".to_string()];
     for host in hosts {
         for run in runs {
-            columns.push(format!("{host} @{}", run_label(runs, run)));
+            columns.push(format!("{host} @{}", run.label(runs)));
         }
         for run in &runs[1..] {
-            columns.push(format!("{host} Δ @{}", run_label(runs, run)));
+            columns.push(format!("{host} Δ @{}", run.label(runs)));
         }
     }
     columns
@@ -342,24 +342,6 @@ fn row_labels(steps: &[Option<&StepRecords>]) -> Vec<String> {
         }
     }
     labels
-}
-
-/// What tells `run` apart from the other `runs` in a column or series name: the time part of
-/// its id, or the whole id when another run started in the same second.
-pub(super) fn run_label<'a>(runs: &[Run], run: &'a Run) -> &'a str {
-    fn time(id: &str) -> &str {
-        id.split('-').next().unwrap_or(id)
-    }
-    let id = run.manifest.run_id.as_str();
-    let shared = runs
-        .iter()
-        .filter(|r| time(&r.manifest.run_id) == time(id))
-        .count();
-    if shared > 1 {
-        id
-    } else {
-        time(id)
-    }
 }
 
 #[cfg(test)]
@@ -445,32 +427,6 @@ mod tests {
             "{:?}",
             single.note()
         );
-    }
-
-    fn run(id: &str) -> Run {
-        let manifest = serde_json::json!({
-            "run_id": id, "tool": {"name": "rigrun", "version": "0"},
-            "playbook": {"path": "p.yaml", "name": "p", "source": "", "extra_vars": {}},
-            "inventory": {"path": "h.yaml", "source": ""},
-            "started_at": "2026-01-01T00:00:00Z", "finished_at": null, "status": "ok", "hosts": {},
-        });
-        Run {
-            history: Default::default(),
-            unreadable_records: 0,
-            manifest: serde_json::from_value(manifest).unwrap(),
-            records: Vec::new(),
-            rerun: 0,
-            dir: id.into(),
-        }
-    }
-
-    #[test]
-    fn runs_are_told_apart_by_time_or_by_id() {
-        let runs = [run("20260101T000000Z-sweep"), run("20260102T000000Z-sweep")];
-        assert_eq!(run_label(&runs, &runs[1]), "20260102T000000Z");
-        let runs = [run("20260101T000000Z-sweep"), run("20260101T000000Z-sweep-2")];
-        assert_eq!(run_label(&runs, &runs[0]), "20260101T000000Z-sweep");
-        assert_eq!(run_label(&runs, &runs[1]), "20260101T000000Z-sweep-2");
     }
 
     #[test]

@@ -4,14 +4,14 @@
 //! per column, and the names of the identical ones are listed once, so a reader sees first what
 //! could explain a difference in the tables and is not shown the same value twice.
 //!
-//! The facts are the ones the run recorded (`HostFacts` when the host connected, `ServerFacts`
-//! and the served models from verify-server): the CUDA version and the model's revision are not
-//! among them unless the server reports them in its launch arguments.
+//! The facts are the ones the run recorded (`HostFacts` when the host connected, and the
+//! `ServerReply` of its server: served models, context length, `ServerFacts`): the CUDA version
+//! and the model's revision are not among them unless the server reports them in its launch
+//! arguments.
 
 use std::collections::BTreeSet;
 
-use super::compare::run_label;
-use super::header::{field, memory, server_details, server_facts};
+use super::header::{field, memory, server_facts, server_replies};
 use super::Run;
 use crate::point::value_text;
 use crate::store::HostEntry;
@@ -120,7 +120,7 @@ pub fn across_runs(runs: &[Run]) -> Vec<FactsDiff> {
                 let entry = run.manifest.hosts.get(host)?;
                 let mut facts = facts_of(entry);
                 facts.extend(super::workload::facts(run, host));
-                Some((format!("@{}", run_label(runs, run)), facts))
+                Some((format!("@{}", run.label(runs)), facts))
             })
             .collect();
         (columns.len() > 1).then(|| FactsDiff::new(format!("host {host} across runs"), columns))
@@ -167,14 +167,10 @@ pub fn facts_of(entry: &HostEntry) -> Vec<(String, String)> {
     let server = server_facts(entry).unwrap_or_default();
     push("engine", server.engine);
     push("engine version", server.version);
-    let details = server_details(entry).find(|d| d.get("models").is_some());
-    let served = details.and_then(|d| d.get("models")?.as_array().cloned());
-    let served = served.map(|m| m.iter().map(value_text).collect::<Vec<_>>().join(", "));
-    push("model", served);
-    let max_len = details
-        .and_then(|d| d.get("max_model_len"))
-        .filter(|v| !v.is_null());
-    push("max model length", max_len.map(value_text));
+    let reply = server_replies(entry).next();
+    push("model", reply.map(|r| r.models.join(", ")));
+    let max_len = reply.and_then(|r| r.max_model_len);
+    push("max model length", max_len.map(|n| n.to_string()));
     for (name, value) in server.launch_args.iter().flatten() {
         push(&format!("launch {name}"), Some(value_text(value)));
     }

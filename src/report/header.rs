@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 
-use crate::facts::{Gpu, HostFacts as Facts, ServerFacts};
+use crate::facts::{Gpu, HostFacts as Facts, ServerFacts, ServerReply};
 use crate::point::value_text;
 use crate::store::{HostEntry, Manifest};
 
@@ -212,44 +212,31 @@ pub(super) fn memory(kib: u64) -> String {
     }
 }
 
-/// The server facts the host's server gave (the last verify-server step that recorded any,
-/// else its first server variant that did).
-pub(super) fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
-    server_details(entry)
-        .filter_map(|d| d.get("server_facts").filter(|f| f.is_object()))
-        .find_map(|f| serde_json::from_value(f.clone()).ok())
+/// What the host's server said of itself: at its checks (`verify-server`), the latest first,
+/// then at each server variant's start, in order.
+pub(super) fn server_replies(entry: &HostEntry) -> impl Iterator<Item = &ServerReply> {
+    entry
+        .server_checks()
+        .chain(entry.variant_servers().map(|(_, reply)| reply))
 }
 
-/// Whether a verify-server step of the host recorded what its server said of itself.
+/// The server facts the host's server gave (the latest check that recorded any, else its first
+/// server variant that did).
+pub(super) fn server_facts(entry: &HostEntry) -> Option<ServerFacts> {
+    server_replies(entry).find_map(|r| r.facts.clone())
+}
+
+/// Whether a check of the host's server recorded what it said of itself.
 fn verified(entry: &HostEntry) -> bool {
-    entry
-        .steps
-        .iter()
-        .any(|s| s.kind == "verify-server" && s.details.get("server_facts").is_some_and(Json::is_object))
+    entry.server_checks().any(|r| r.facts.is_some())
 }
 
 /// Each server variant's facts, by its label, where its startup recorded them.
 fn variant_facts(entry: &HostEntry) -> Vec<(String, ServerFacts)> {
-    entry
-        .variants
-        .iter()
-        .filter_map(|(label, v)| {
-            let facts = v.startup.get("server_facts").filter(|f| f.is_object())?;
-            Some((label.clone(), serde_json::from_value(facts.clone()).ok()?))
-        })
+    let variants = entry.variant_servers();
+    variants
+        .filter_map(|(label, r)| Some((label.to_string(), r.facts.clone()?)))
         .collect()
-}
-
-/// Where the host's server described itself (`models`, `max_model_len`, `server_facts`): its
-/// verify-server steps, the last first, then its server variants' startups, in order.
-pub(super) fn server_details(entry: &HostEntry) -> impl Iterator<Item = &Json> {
-    let verified = entry
-        .steps
-        .iter()
-        .rev()
-        .filter(|s| s.kind == "verify-server")
-        .map(|s| &s.details);
-    verified.chain(entry.variants.values().map(|v| &v.startup))
 }
 
 /// `sglang 0.4.6, tp_size=8, quantization=modelopt_fp4` or `rigrun (no version reported)`.

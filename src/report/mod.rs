@@ -115,6 +115,24 @@ impl Run {
         }
         columns
     }
+
+    /// What tells this run apart from the other `runs` in a column or series name: the time
+    /// part of its id, or the whole id when another run started in the same second.
+    pub(crate) fn label<'a>(&'a self, runs: &[Run]) -> &'a str {
+        fn time(id: &str) -> &str {
+            id.split('-').next().unwrap_or(id)
+        }
+        let id = self.manifest.run_id.as_str();
+        let shared = runs
+            .iter()
+            .filter(|r| time(&r.manifest.run_id) == time(id))
+            .count();
+        if shared > 1 {
+            id
+        } else {
+            time(id)
+        }
+    }
 }
 
 /// Only what differs between the hosts or runs the report compares, in a text format
@@ -143,5 +161,36 @@ pub fn render(report: &Report, format: Format) -> String {
         Format::Markdown => markdown::render(report),
         Format::Csv => csv::render(report),
         Format::Json => json::render(report),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str) -> Run {
+        let manifest = serde_json::json!({
+            "run_id": id, "tool": {"name": "rigrun", "version": "0"},
+            "playbook": {"path": "p.yaml", "name": "p", "source": "", "extra_vars": {}},
+            "inventory": {"path": "h.yaml", "source": ""},
+            "started_at": "2026-01-01T00:00:00Z", "finished_at": null, "status": "ok", "hosts": {},
+        });
+        Run {
+            history: Default::default(),
+            unreadable_records: 0,
+            manifest: serde_json::from_value(manifest).unwrap(),
+            records: Vec::new(),
+            rerun: 0,
+            dir: id.into(),
+        }
+    }
+
+    #[test]
+    fn runs_are_told_apart_by_time_or_by_id() {
+        let runs = [run("20260101T000000Z-sweep"), run("20260102T000000Z-sweep")];
+        assert_eq!(runs[1].label(&runs), "20260102T000000Z");
+        let runs = [run("20260101T000000Z-sweep"), run("20260101T000000Z-sweep-2")];
+        assert_eq!(runs[0].label(&runs), "20260101T000000Z-sweep");
+        assert_eq!(runs[1].label(&runs), "20260101T000000Z-sweep-2");
     }
 }

@@ -8,6 +8,8 @@
 
 use serde_json::{Map, Value as Json};
 
+use crate::events::mark_invalid;
+
 /// What one output line is.
 #[derive(Debug, PartialEq)]
 pub enum Line {
@@ -136,18 +138,6 @@ fn restore(path: String, value: &mut Json, problems: &mut Vec<String>) {
             }
         }
         _ => {}
-    }
-}
-
-/// `valid: false`, and `problems` extended by `more`.
-pub fn mark_invalid(map: &mut Map<String, Json>, more: Vec<String>) {
-    map.insert("valid".into(), Json::Bool(false));
-    let problems = map.entry("problems").or_insert_with(|| Json::Array(Vec::new()));
-    if !problems.is_array() {
-        *problems = Json::Array(vec![problems.take()]);
-    }
-    if let Json::Array(list) = problems {
-        list.extend(more.into_iter().map(Json::String));
     }
 }
 

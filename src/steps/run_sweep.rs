@@ -518,6 +518,6 @@ fn unreadable(
         message: format!("{what} (the whole line is in the point's log)"),
     });
     let mut metrics = serde_json::Map::new();
-    record_line::mark_invalid(&mut metrics, vec![what]);
+    crate::events::mark_invalid(&mut metrics, vec![what]);
     ctx.record(step, point, run, metrics, RecordStatus::Ok, None);
 }

@@ -5,9 +5,11 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+use super::Details;
 use crate::config::reference::Reference;
 use crate::config::slo::Slo;
 use crate::events::{Event, Status};
+use crate::facts::ServerReply;
 
 /// The format of run.json this rigrun writes. 0 stands for runs written before the field
 /// existed (rigrun 0.1.0), whose layout is the same as 1's.
@@ -136,6 +138,21 @@ pub struct HostEntry {
     pub variants: IndexMap<String, VariantEntry>,
 }
 
+impl HostEntry {
+    /// What the host's server said of itself at its steps that checked it (`verify-server`),
+    /// the latest first.
+    pub fn server_checks(&self) -> impl Iterator<Item = &ServerReply> {
+        self.steps.iter().rev().filter_map(|s| s.details.server())
+    }
+
+    /// What each server variant's server said of itself once ready, by the variant's label, in
+    /// the order they started.
+    pub fn variant_servers(&self) -> impl Iterator<Item = (&str, &ServerReply)> {
+        let startups = self.variants.iter();
+        startups.filter_map(|(label, v)| Some((label.as_str(), v.startup.server()?)))
+    }
+}
+
 /// One server variant on a host: its command, how its start went (launch → ready and → first
 /// token, or why it failed with its log's tail) and how its stop went.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -144,8 +161,9 @@ pub struct VariantEntry {
     pub status: Option<Status>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How its start went; what its server said of itself is typed in it.
     #[serde(default)]
-    pub startup: Json,
+    pub startup: Details,
     #[serde(default)]
     pub stop: Json,
 }
@@ -166,8 +184,9 @@ pub struct StepEntry {
     pub finished_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the step reports; what the host's server said of itself is typed in it.
     #[serde(default)]
-    pub details: Json,
+    pub details: Details,
 }
 
 impl Manifest {
@@ -343,7 +362,7 @@ impl StepEntry {
             started_at: now,
             finished_at: None,
             error: None,
-            details: Json::Null,
+            details: Details::default(),
         }
     }
 
@@ -351,7 +370,7 @@ impl StepEntry {
     fn finish(&mut self, status: Status, error: &Option<String>, details: &Json, now: DateTime<Utc>) {
         self.status = status;
         self.error = error.clone();
-        self.details = details.clone();
+        self.details = details.clone().into();
         self.finished_at = Some(now);
     }
 }
@@ -359,7 +378,7 @@ impl StepEntry {
 impl VariantEntry {
     /// How the variant's server came up (or why it did not).
     fn ready(&mut self, status: Status, error: &Option<String>, startup: &Json) {
-        (self.status, self.error, self.startup) = (Some(status), error.clone(), startup.clone());
+        (self.status, self.error, self.startup) = (Some(status), error.clone(), startup.clone().into());
     }
 
     /// How its stop went; a stop that failed fails the variant.

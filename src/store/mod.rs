@@ -9,9 +9,10 @@
 //!   hosts/<host>/   logs per step and point, fetched files
 //! ```
 
+mod details;
 mod manifest;
 mod run_dir;
-pub mod writer;
 
+pub use details::Details;
 pub use manifest::{manifest_for, HostEntry, Manifest, Process};
 pub use run_dir::{beside, read_events, read_manifest, read_records, slug, RunDir};

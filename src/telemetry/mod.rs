@@ -23,10 +23,3 @@ pub fn number(x: f64, digits: i32) -> serde_json::Value {
     }
     serde_json::Number::from_f64(rounded).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
-
-/// Now, as Unix seconds on this machine's clock.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}

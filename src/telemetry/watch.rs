@@ -17,8 +17,9 @@ use tokio::task::JoinHandle;
 
 use super::server::{self, Scrape};
 use super::summary::{self, Window, WindowKind};
-use super::{dcgm, gpu, prometheus, unix_now, validity};
-use crate::events::{Event, EventSender};
+use super::{dcgm, gpu, prometheus, validity};
+use crate::clock::unix_now;
+use crate::events::{mark_invalid, Event, EventSender};
 use crate::transport::{line_text, HttpEndpoint, Job, JobEnd, Output, Stream, Transport};
 
 /// How often the server is scraped while a point runs.
@@ -263,7 +264,7 @@ impl Watch {
         }
         let problems = validity::problems(metrics, claims);
         if !problems.is_empty() {
-            crate::steps::record_line::mark_invalid(metrics, problems);
+            mark_invalid(metrics, problems);
         }
     }
 

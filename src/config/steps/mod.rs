@@ -21,9 +21,9 @@ use serde_json::Value as Json;
 use serde_saphyr::{Location, Spanned};
 
 use super::duration::Dur;
-use super::playbook::{Quoting, Text};
 use super::reference::References;
 use super::render::{RenderError, Renderer};
+use super::template::{Quoting, Text};
 pub use run_sweep::Point;
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.

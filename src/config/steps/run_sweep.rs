@@ -8,9 +8,9 @@ use serde_json::Value as Json;
 
 use super::{Describe, Matrix, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
-use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
+use crate::config::template::{Quoting, Text};
 use crate::point::{self, cartesian};
 use crate::words::{count, thousands};
 

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Describe, Plans, StepKind};
 use crate::config::duration::Dur;
-use crate::config::playbook::{Quoting, Text};
 use crate::config::render::{RenderError, Renderer};
+use crate::config::template::{Quoting, Text};
 
 /// As written in the playbook.
 #[derive(Debug, Deserialize)]

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Describe, Plans, StepKind, DEFAULT_SERVER_WAIT};
 use crate::config::duration::Dur;
-use crate::config::playbook::{Quoting, Text};
 use crate::config::render::{RenderError, Renderer};
+use crate::config::template::{Quoting, Text};
 
 /// As written in the playbook.
 #[derive(Debug, Deserialize)]

@@ -1,12 +1,13 @@
 //! The store's thread: every event of a run, journaled to the run directory and shown on the
-//! progress display, in the order the hosts sent them.
+//! progress display, in the order the hosts sent them. It lives with the executor, which
+//! starts it, so that the store below knows nothing of the display.
 
 use anyhow::Result;
 use tokio::sync::{mpsc, oneshot};
 
-use super::RunDir;
 use crate::events::Event;
 use crate::progress::Progress;
+use crate::store::RunDir;
 
 /// The store runs on its own thread: it journals every event (file writes, flushed per line) and
 /// shows it, in the order the hosts sent them. When the run directory cannot be written (disk
