@@ -1,12 +1,61 @@
 //! Sweep points as every layer names them: a point is the matrix values of one run of a sweep.
 //! Config, plan, executor and report all print and build points; this ground floor imports
-//! nothing of rigrun, so any module may use it.
+//! nothing of rigrun, so any module may use it. Here: the matrix as written and its points,
+//! their labels, and a server variant's label and a table column's name.
 
 use indexmap::IndexMap;
 use serde_json::Value as Json;
+use serde_saphyr::{Location, Spanned};
 
 /// The matrix values of one point, in the order the matrix names its axes.
 pub type Values = IndexMap<String, Json>;
+
+/// A sweep's matrix as written: axis → values.
+pub type Matrix = IndexMap<String, Spanned<Axis>>;
+
+/// One axis of a matrix as written: its values, each with its place in the file (so that an
+/// error can point at the one value that is wrong). Reads as the list of values.
+#[derive(Debug, Clone, Default)]
+pub struct Axis {
+    values: Vec<Json>,
+    places: Vec<Location>,
+}
+
+impl Axis {
+    /// Values without places (built in code, not read from a file).
+    pub fn new(values: Vec<Json>) -> Axis {
+        let places = vec![Location::UNKNOWN; values.len()];
+        Axis { values, places }
+    }
+
+    /// Where value `i` was written.
+    pub fn place(&self, i: usize) -> Location {
+        self.places.get(i).copied().unwrap_or(Location::UNKNOWN)
+    }
+}
+
+impl std::ops::Deref for Axis {
+    type Target = Vec<Json>;
+
+    fn deref(&self) -> &Vec<Json> {
+        &self.values
+    }
+}
+
+impl AsRef<[Json]> for Axis {
+    fn as_ref(&self) -> &[Json] {
+        &self.values
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Axis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Axis, D::Error> {
+        let items = <Vec<Spanned<Json>> as serde::Deserialize>::deserialize(d)?;
+        let places = items.iter().map(|v| v.referenced).collect();
+        let values = items.into_iter().map(|v| v.value).collect();
+        Ok(Axis { values, places })
+    }
+}
 
 /// `concurrency=16 input_len=1000`; `(single)` for a sweep without axes.
 pub fn label(values: &Values) -> String {

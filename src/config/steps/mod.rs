@@ -15,15 +15,14 @@ pub mod verify_server;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use serde_json::Value as Json;
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Spanned;
 
 use super::duration::Dur;
 use super::playbook::{Quoting, Text};
 use super::reference::References;
 use super::render::{RenderError, Renderer};
+use crate::point::Matrix;
 pub use run_sweep::Point;
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
@@ -68,53 +67,6 @@ pub enum OnResume {
     Measure,
     /// It collects what earlier steps produced: it runs again whenever an earlier step has work.
     Collect,
-}
-
-/// A sweep's matrix as written: axis → values.
-pub type Matrix = IndexMap<String, Spanned<Axis>>;
-
-/// One axis of a matrix as written: its values, each with its place in the file (so that an
-/// error can point at the one value that is wrong). Reads as the list of values.
-#[derive(Debug, Clone, Default)]
-pub struct Axis {
-    values: Vec<Json>,
-    places: Vec<Location>,
-}
-
-impl Axis {
-    /// Values without places (built in code, not read from a file).
-    pub fn new(values: Vec<Json>) -> Axis {
-        let places = vec![Location::UNKNOWN; values.len()];
-        Axis { values, places }
-    }
-
-    /// Where value `i` was written.
-    pub fn place(&self, i: usize) -> Location {
-        self.places.get(i).copied().unwrap_or(Location::UNKNOWN)
-    }
-}
-
-impl std::ops::Deref for Axis {
-    type Target = Vec<Json>;
-
-    fn deref(&self) -> &Vec<Json> {
-        &self.values
-    }
-}
-
-impl AsRef<[Json]> for Axis {
-    fn as_ref(&self) -> &[Json] {
-        &self.values
-    }
-}
-
-impl<'de> Deserialize<'de> for Axis {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Axis, D::Error> {
-        let items = Vec::<Spanned<Json>>::deserialize(d)?;
-        let places = items.iter().map(|v| v.referenced).collect();
-        let values = items.into_iter().map(|v| v.value).collect();
-        Ok(Axis { values, places })
-    }
 }
 
 /// What a kind's YAML struct tells the layers above. Every struct also has the fields

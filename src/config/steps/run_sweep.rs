@@ -6,12 +6,12 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::{Describe, Matrix, OnResume, Plans, StepKind};
+use super::{Describe, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
 use crate::config::playbook::{Quoting, Text};
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
-use crate::point::{self, cartesian};
+use crate::point::{self, cartesian, Matrix};
 use crate::words::{count, thousands};
 
 /// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
