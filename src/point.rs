@@ -95,6 +95,54 @@ pub fn column(host: &str, variant: Option<&str>) -> String {
     }
 }
 
+/// A point of a step: the step's index and the point's label. What a table's row, a planned
+/// skip and a reference are about, whichever repetition measured it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StepPoint {
+    pub step_index: usize,
+    pub label: String,
+}
+
+impl StepPoint {
+    /// The point with matrix values `values` of step `step_index`.
+    pub fn of(step_index: usize, values: &Values) -> StepPoint {
+        StepPoint {
+            step_index,
+            label: label(values),
+        }
+    }
+
+    /// Its repetition `repetition` (from 1): a unit of work.
+    pub fn repetition(self, repetition: u32) -> PointKey {
+        PointKey {
+            point: self,
+            repetition,
+        }
+    }
+}
+
+/// A unit of work: one repetition of a step's point. The journal's history, the resume's work,
+/// the planned units and the report's latest attempts are all kept under it. Within one column
+/// (a host, or `host/variant`): every reader keeps each column's units apart already (resume
+/// by `host/variant`, the tables by column), so the variant is not part of the key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PointKey {
+    pub point: StepPoint,
+    /// From 1.
+    pub repetition: u32,
+}
+
+impl PointKey {
+    /// Repetition `repetition` of the point labelled `label` of step `step_index`.
+    pub fn new(step_index: usize, label: &str, repetition: u32) -> PointKey {
+        let point = StepPoint {
+            step_index,
+            label: label.to_string(),
+        };
+        point.repetition(repetition)
+    }
+}
+
 /// The cartesian product of the matrix, first key outermost, values in the order written.
 pub fn cartesian<V: AsRef<[Json]>>(matrix: &IndexMap<String, serde_saphyr::Spanned<V>>) -> Vec<Values> {
     let mut points = vec![IndexMap::new()];

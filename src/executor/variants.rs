@@ -12,8 +12,9 @@ use super::host::{HostJob, Stop};
 use crate::config::server::ServerPlan;
 use crate::config::steps::Action;
 use crate::config::HostVars;
-use crate::events::{Event, PointRun, Record, RecordStatus, Status};
+use crate::events::{Event, PointAttempt, PointRun, Record, RecordStatus, Status};
 use crate::plan;
+use crate::point::StepPoint;
 use crate::resume::PointWork;
 use crate::steps::server::{self, StartFailure};
 use crate::steps::HostCtx;
@@ -191,8 +192,7 @@ fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Opti
             RecordStatus::Ok
         },
         reason: failed.map(String::from),
-        attempt: 1,
-        repetition: 1,
+        at: PointRun::once(1),
         variant: ctx.variant_values(),
         command: None,
     }));
@@ -254,15 +254,15 @@ fn fail_point(
     repetition: u32,
     reason: &str,
 ) {
-    let label = point.label();
-    let PointWork::Run { attempt } = ctx.work.point(step.index, &label, repetition) else {
+    let key = StepPoint::of(step.index, &point.values).repetition(repetition);
+    let PointWork::Run { attempt } = ctx.work.point(&key) else {
         return;
     };
-    let at = PointRun { repetition, attempt };
+    let run = PointRun { repetition, attempt };
     ctx.record(
         step,
         &point.values,
-        at,
+        run,
         serde_json::Map::new(),
         RecordStatus::Failed,
         Some(reason.to_string()),
@@ -270,10 +270,11 @@ fn fail_point(
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
-        point: label,
-        step_index: Some(step.index),
-        attempt,
-        repetition,
+        at: PointAttempt {
+            point: key.point.label,
+            step_index: Some(step.index),
+            run,
+        },
         status: RecordStatus::Failed,
         exit_code: None,
         reason: Some(reason.to_string()),

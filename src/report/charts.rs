@@ -340,7 +340,10 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) ->
         let mut points: IndexMap<(String, String), IndexMap<u32, &Record>> = IndexMap::new();
         for record in valid {
             let key = (record.host.clone(), point::label(&record.point));
-            points.entry(key).or_default().insert(record.repetition, record);
+            points
+                .entry(key)
+                .or_default()
+                .insert(record.at.repetition, record);
         }
         samples.extend(points.into_values().map(|reps| {
             let records: Vec<&Record> = reps.into_values().collect();

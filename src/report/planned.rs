@@ -14,7 +14,7 @@ use super::Run;
 use crate::config::only::Only;
 use crate::config::{Playbook, Step};
 use crate::events::Status;
-use crate::point;
+use crate::point::{self, StepPoint};
 use crate::resume::Ended;
 use crate::store::Manifest;
 
@@ -22,9 +22,9 @@ use crate::store::Manifest;
 /// points the plan skips.
 pub struct Planned {
     sweeps: IndexMap<(usize, String), IndexMap<String, point::Values>>,
-    /// (column, step index, point label) → why `skip_if` skips it, for the points whose skip
-    /// the plan knows (not those that wait for what the run learns).
-    skips: HashMap<(String, usize, String), String>,
+    /// (column, point) → why `skip_if` skips it, for the points whose skip the plan knows
+    /// (not those that wait for what the run learns).
+    skips: HashMap<(String, StepPoint), String>,
 }
 
 impl Planned {
@@ -106,7 +106,11 @@ impl Planned {
     /// when the plan skips it; how it ended when the journal says it finished (its record line
     /// was lost: a damaged records.jsonl); else `not run` with the reason.
     pub fn absent(&self, run: &Run, column: &str, index: usize, label: &str) -> Cell {
-        let key = (column.to_string(), index, label.to_string());
+        let point = StepPoint {
+            step_index: index,
+            label: label.to_string(),
+        };
+        let key = (column.to_string(), point);
         if let Some(reason) = self.skips.get(&key) {
             return Cell::Skipped {
                 reason: reason.clone(),
@@ -115,7 +119,7 @@ impl Planned {
         let ended = run
             .history
             .get(column)
-            .and_then(|h| h.point(index, label, 1))
+            .and_then(|h| h.point(&key.1.repetition(1)))
             .and_then(|p| p.ended.clone());
         match ended {
             Some(Ended::Ok { .. }) if run.unreadable_records > 0 => Cell::RecordLost {

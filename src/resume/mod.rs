@@ -19,6 +19,7 @@ pub use work::{HostWork, Kept, PointWork};
 use crate::config::Config;
 use crate::events::Status;
 use crate::exit::Invalid;
+use crate::point::StepPoint;
 use crate::store::{read_events, RunDir};
 
 /// Which finished points a resume runs again besides those that never finished.
@@ -61,8 +62,7 @@ impl Resumed {
             .work
             .iter()
             .map(|(key, work)| {
-                let skipped =
-                    |i: usize, label: &str| skips.contains_key(&(key.clone(), i, label.to_string()));
+                let skipped = |point: &StepPoint| skips.contains_key(&(key.clone(), point.clone()));
                 (key, work.is_done(), work.points_to_run(&self.config, &skipped))
             })
             .map(|(key, done, points)| match (done, points) {

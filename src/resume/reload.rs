@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use crate::config::{Builtins, Config, HostVars, LoadOptions, Step};
 use crate::exit::Invalid;
 use crate::plan::{self, Plan};
-use crate::point;
+use crate::point::{self, StepPoint};
 use crate::store::Manifest;
 
 /// At most this many differences are named when the files changed.
@@ -198,7 +198,7 @@ fn list(items: &[&String]) -> String {
 /// Every sweep point the plan skips, per column (the host, or `host/variant` for each server
 /// variant): each sweep planned as the run planned it before connecting. A sweep whose
 /// `skip_if` waits for what the run learns (`server.*`) has no skips here.
-pub fn planned_skips(config: &Config, run_id: &str) -> HashMap<(String, usize, String), String> {
+pub fn planned_skips(config: &Config, run_id: &str) -> HashMap<(String, StepPoint), String> {
     let builtins = Builtins {
         run_id: run_id.to_string(),
         rigrun: "rigrun".into(),
@@ -222,7 +222,8 @@ pub fn planned_skips(config: &Config, run_id: &str) -> HashMap<(String, usize, S
                 {
                     for p in planned.action.points() {
                         if let Some(reason) = &p.skip {
-                            skips.insert((column.clone(), index, p.label()), reason.clone());
+                            let point = StepPoint::of(index, &p.values);
+                            skips.insert((column.clone(), point), reason.clone());
                         }
                     }
                 }

@@ -211,8 +211,7 @@ impl HostCtx {
             metrics,
             status,
             reason,
-            attempt: at.attempt,
-            repetition: at.repetition,
+            at,
             variant: self.variant_values(),
             command: None,
         }

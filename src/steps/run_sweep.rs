@@ -23,8 +23,9 @@ use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{Point, RunSweepPlan};
 use crate::config::HostVars;
-use crate::events::{Event, PointRun, RecordStatus, Status};
+use crate::events::{Event, PointAttempt, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
+use crate::point::PointKey;
 use crate::resume::{Kept, PointWork};
 use crate::store::slug;
 use crate::telemetry::{Sources, Watch};
@@ -43,7 +44,7 @@ pub async fn run(
         let (n, repetition) = (run.point, run.repetition);
         let point = &plan.points[n];
         let label = point.label();
-        let outcome = match ctx.work.point(step.index, &label, repetition) {
+        let outcome = match ctx.work.point(&PointKey::new(step.index, &label, repetition)) {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
             PointWork::Keep { kept, .. } => Outcome::of(kept),
             PointWork::Run { attempt } => match &point.skip {
@@ -153,7 +154,7 @@ impl Tally {
 /// A point `skip_if` skips: recorded with the reason (once per repetition, so that a resume
 /// sees each repetition done).
 fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason: &str) -> Outcome {
-    let at = (point.label(), run);
+    let at = attempt_at(step, point, run);
     ctx.record(
         step,
         &point.values,
@@ -216,6 +217,15 @@ impl Attempts<'_> {
     }
 }
 
+/// Which attempt at which point of `step` its events are about.
+fn attempt_at(step: &PlannedStep, point: &Point, run: PointRun) -> PointAttempt {
+    PointAttempt {
+        point: point.label(),
+        step_index: Some(step.index),
+        run,
+    }
+}
+
 /// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
 /// [`backoff`] between attempts; the host's disk full fails it too); lost (its command stopped or
 /// gone on the host) it runs again once as a new attempt, and lost a second time, or with a
@@ -233,16 +243,13 @@ async fn run_point(
     let (mut attempt, mut retried, mut rerun_lost) = (at.first, 0, false);
     loop {
         let started = Instant::now();
+        let this = attempt_at(step, point, at.run(attempt));
         ctx.emit(Event::PointStarted {
             host: ctx.host.clone(),
             step: step.name.clone(),
-            point: label.clone(),
-            step_index: Some(step.index),
-            attempt,
-            repetition: at.repetition,
+            at: this.clone(),
             variant: ctx.variant_name().map(String::from),
         });
-        let this = (label.clone(), at.run(attempt));
         let job = format!("{}{}", ctx.job_prefix(), at.job(step.index, attempt));
         let log_base = at.log_base(&label, attempt);
         let cut_short = CutShort {
@@ -316,7 +323,7 @@ struct CutShort<'a> {
     ctx: &'a HostCtx,
     step: &'a PlannedStep,
     point: &'a Point,
-    at: &'a (String, PointRun),
+    at: &'a PointAttempt,
     started: Instant,
 }
 
@@ -427,7 +434,7 @@ async fn run_attempt(
 /// and, when the command ran, its exit code and stderr tail.
 fn finish_attempt(
     ctx: &HostCtx,
-    (step, point, at): (&PlannedStep, &Point, &(String, PointRun)),
+    (step, point, at): (&PlannedStep, &Point, &PointAttempt),
     status: RecordStatus,
     why: &str,
     end: Option<&CommandEnd>,
@@ -441,7 +448,7 @@ fn finish_attempt(
         metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
     }
     let reason = Some(why.to_string());
-    ctx.record(step, &point.values, at.1, metrics, status, reason.clone());
+    ctx.record(step, &point.values, at.run, metrics, status, reason.clone());
     let end = PointEnd {
         status,
         exit_code: end.and_then(|e| e.exit_code),
@@ -457,15 +464,11 @@ struct PointEnd {
     reason: Option<String>,
 }
 
-/// `at` is the point's label and its run.
-fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, PointRun), end: PointEnd, started: Instant) {
+fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &PointAttempt, end: PointEnd, started: Instant) {
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
-        point: at.0.clone(),
-        step_index: Some(step.index),
-        attempt: at.1.attempt,
-        repetition: at.1.repetition,
+        at: at.clone(),
         status: end.status,
         exit_code: end.exit_code,
         reason: end.reason,
