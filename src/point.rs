@@ -143,6 +143,16 @@ impl PointKey {
     }
 }
 
+/// How many requests a point sent at once: the `max_concurrency` its benchmark reported, else
+/// the `concurrency` of its matrix values. The benchmark's figure wins because it is what was
+/// measured, while the matrix says what was asked (a command may cap or ignore the axis, and
+/// result files fetched from the host carry only the benchmark's figure). The one precedence of
+/// the scaling story's levels and of telemetry's checks against what a point sent.
+pub fn concurrency(values: &Values, metrics: &serde_json::Map<String, Json>) -> Option<f64> {
+    let reported = metrics.get("max_concurrency").and_then(Json::as_f64);
+    reported.or_else(|| values.get("concurrency").and_then(Json::as_f64))
+}
+
 /// The cartesian product of the matrix, first key outermost, values in the order written.
 pub fn cartesian<V: AsRef<[Json]>>(matrix: &IndexMap<String, serde_saphyr::Spanned<V>>) -> Vec<Values> {
     let mut points = vec![IndexMap::new()];
@@ -175,6 +185,17 @@ mod tests {
         assert_eq!(variant_label(&values), "spec=nextn3,tp=8");
         assert_eq!(column("blackwell", Some("spec=off")), "blackwell/spec=off");
         assert_eq!(column("blackwell", None), "blackwell");
+    }
+
+    #[test]
+    fn the_benchmarks_concurrency_wins_over_the_matrixs() {
+        let values: Values = [("concurrency".to_string(), json!(16))].into_iter().collect();
+        let reported = json!({"max_concurrency": 4}).as_object().cloned().unwrap();
+        let none = serde_json::Map::new();
+        assert_eq!(concurrency(&values, &reported), Some(4.0));
+        assert_eq!(concurrency(&values, &none), Some(16.0));
+        assert_eq!(concurrency(&Values::new(), &reported), Some(4.0));
+        assert_eq!(concurrency(&Values::new(), &none), None);
     }
 
     #[test]

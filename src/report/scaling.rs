@@ -186,14 +186,9 @@ pub fn metric_for(step: &StepRecords, table_metric: &str) -> Option<String> {
         .map(|m| m.to_string())
 }
 
-/// The concurrency of a record: its point's `concurrency`, else the `max_concurrency` the
-/// benchmark reported (result files fetched from the host carry only that).
+/// The concurrency of a record (see [`point::concurrency`]).
 pub fn concurrency_of(record: &Record) -> Option<f64> {
-    record
-        .point
-        .get("concurrency")
-        .and_then(Json::as_f64)
-        .or_else(|| record.metrics.get("max_concurrency").and_then(Json::as_f64))
+    point::concurrency(&record.point, &record.metrics)
 }
 
 /// The series of a record: its host, plus the other axes of its point (a long-context sweep

@@ -415,7 +415,7 @@ async fn run_attempt(
         while let Some(made) = arrived.recv().await {
             match made {
                 Made::Record(mut metrics) => {
-                    watch.annotate(&mut mark, &mut metrics, claims).await;
+                    watch.annotate(&mut mark, &mut metrics, claims.clone()).await;
                     ctx.record_measured(step, point, run, metrics);
                 }
                 Made::Unreadable { number, text, why } => {
