@@ -75,6 +75,42 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// The sweep of a server variant whose server did not start: every point run the host's work
+/// still runs is recorded failed with `reason` and finished so.
+pub fn fail(ctx: &HostCtx, step: &PlannedStep, plan: &RunSweepPlan, reason: &str) {
+    for run in plan.runs() {
+        let point = &plan.points[run.point];
+        let key = PointKey::new(step.index, &point.label(), run.repetition);
+        let PointWork::Run { attempt } = ctx.work.point(&key) else {
+            continue;
+        };
+        let at = attempt_at(
+            step,
+            point,
+            PointRun {
+                repetition: run.repetition,
+                attempt,
+            },
+        );
+        let reason = Some(reason.to_string());
+        let metrics = serde_json::Map::new();
+        ctx.record(
+            step,
+            &point.values,
+            at.run,
+            metrics,
+            RecordStatus::Failed,
+            reason.clone(),
+        );
+        let end = PointEnd {
+            status: RecordStatus::Failed,
+            exit_code: None,
+            reason,
+        };
+        finish_point(ctx, step, &at, end, 0.0);
+    }
+}
+
 /// Starts watching the host for the sweep: its GPUs (nvidia-smi in a loop, one job, its raw
 /// output in `gpu-samples.log` of the step's folder, or the inventory's DCGM exporter) and the
 /// server at verify-server's `url` (every scrape in `server-scrapes.jsonl` there).
@@ -154,7 +190,7 @@ impl Tally {
 /// A point `skip_if` skips: recorded with the reason (once per repetition, so that a resume
 /// sees each repetition done).
 fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason: &str) -> Outcome {
-    let at = attempt_at(step, point, run);
+    let (at, started) = (attempt_at(step, point, run), Instant::now());
     ctx.record(
         step,
         &point.values,
@@ -168,7 +204,7 @@ fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason:
         exit_code: None,
         reason: Some(reason.to_string()),
     };
-    finish_point(ctx, step, &at, end, Instant::now());
+    finish_point(ctx, step, &at, end, started.elapsed().as_secs_f64());
     Outcome::Skipped
 }
 
@@ -287,7 +323,7 @@ async fn run_point(
                         exit_code: end.exit_code,
                         reason: None,
                     };
-                    finish_point(ctx, step, &this, end, started);
+                    finish_point(ctx, step, &this, end, started.elapsed().as_secs_f64());
                     return Ok(Outcome::Ok);
                 }
                 Some(why) => (why, Some(end)),
@@ -454,7 +490,7 @@ fn finish_attempt(
         exit_code: end.and_then(|e| e.exit_code),
         reason,
     };
-    finish_point(ctx, step, at, end, started);
+    finish_point(ctx, step, at, end, started.elapsed().as_secs_f64());
 }
 
 /// How an attempt at a point ended, as its `point_finished` event says.
@@ -464,7 +500,8 @@ struct PointEnd {
     reason: Option<String>,
 }
 
-fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &PointAttempt, end: PointEnd, started: Instant) {
+/// The `point_finished` of an attempt that took `seconds`.
+fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &PointAttempt, end: PointEnd, seconds: f64) {
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
@@ -472,7 +509,7 @@ fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &PointAttempt, end: Point
         status: end.status,
         exit_code: end.exit_code,
         reason: end.reason,
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         variant: ctx.variant_name().map(String::from),
     });
 }
