@@ -13,7 +13,7 @@ use anyhow::Result;
 use indexmap::IndexMap;
 
 pub use history::{Ended, HostHistory};
-pub use reload::{kept as kept_config, planned_skips};
+pub use reload::kept as kept_config;
 pub use work::{HostWork, Kept, PointWork};
 
 use crate::config::Config;
@@ -57,12 +57,15 @@ impl Resumed {
                  them again, --redo-invalid the invalid ones)"
             )];
         }
-        let skips = reload::planned_skips(&self.config, id);
+        let sweeps = crate::plan::planned_sweeps(&self.config, id);
         let left: Vec<String> = self
             .work
             .iter()
             .map(|(key, work)| {
-                let skipped = |point: &StepPoint| skips.contains_key(&(key.clone(), point.clone()));
+                let skipped = |point: &StepPoint| {
+                    let sweep = sweeps.iter().find(|s| s.step_index == point.step_index);
+                    sweep.is_some_and(|s| s.skip(key, &point.label).is_some())
+                };
                 (key, work.is_done(), work.points_to_run(&self.config, &skipped))
             })
             .map(|(key, done, points)| match (done, points) {

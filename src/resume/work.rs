@@ -158,7 +158,7 @@ impl HostWork {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
-            .flat_map(|(i, step)| units(i, step, self.repeat, &self.only))
+            .flat_map(|(i, step)| self.units(i, step))
             .filter(|key| matches!(self.point(key), PointWork::Run { .. }))
             .filter(|key| !skipped(&key.point))
             .count()
@@ -172,7 +172,7 @@ impl HostWork {
             if !self.runs_step(i) {
                 continue;
             }
-            for key in units(i, step, self.repeat, &self.only) {
+            for key in self.units(i, step) {
                 let shown = match key.repetition {
                     1 => key.point.label.clone(),
                     r => format!("{} (repetition {r})", key.point.label),
@@ -213,7 +213,8 @@ impl HostWork {
     /// Why step `index` did not end ok, if it did not.
     fn failure(&self, index: usize, step: &Step) -> Option<String> {
         if step.as_kind().on_resume() == OnResume::Measure {
-            let failed: Vec<String> = units(index, step, self.repeat, &self.only)
+            let failed: Vec<String> = self
+                .units(index, step)
                 .into_iter()
                 .filter_map(|key| match self.point(&key) {
                     PointWork::Keep {
@@ -235,9 +236,15 @@ impl HostWork {
         }
     }
 
+    /// Step `index`'s units of work in this run (see [`Step::units`]).
+    fn units(&self, index: usize, step: &Step) -> Vec<PointKey> {
+        step.units(index, self.repeat, &self.only)
+    }
+
     fn has_own_work(&self, index: usize, step: &Step) -> bool {
         match step.as_kind().on_resume() {
-            OnResume::Measure => units(index, step, self.repeat, &self.only)
+            OnResume::Measure => self
+                .units(index, step)
                 .iter()
                 .any(|key| matches!(self.point(key), PointWork::Run { .. })),
             OnResume::Setup | OnResume::Collect => !matches!(
@@ -245,20 +252,5 @@ impl HostWork {
                 Some(Status::Ok | Status::Skipped)
             ),
         }
-    }
-}
-
-/// A sweep's units of work, from its matrix (the points `--only` keeps) and `repeat:` (or the
-/// run's `--repeat`; known before anything is rendered): each point with each of its
-/// repetitions.
-pub fn units(index: usize, step: &Step, run_repeat: Option<u32>, only: &Only) -> Vec<PointKey> {
-    match step {
-        Step::RunSweep(sweep) => sweep
-            .chosen_points(only)
-            .iter()
-            .map(|values| StepPoint::of(index, values))
-            .flat_map(|point| (1..=sweep.repetitions(run_repeat)).map(move |r| point.clone().repetition(r)))
-            .collect(),
-        _ => Vec::new(),
     }
 }

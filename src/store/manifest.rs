@@ -8,6 +8,7 @@ use serde_json::Value as Json;
 use crate::config::reference::Reference;
 use crate::config::slo::Slo;
 use crate::events::{Event, Status};
+use crate::plan::PlannedSweep;
 
 /// The format of run.json this rigrun writes. 0 stands for runs written before the field
 /// existed (rigrun 0.1.0), whose layout is the same as 1's.
@@ -32,6 +33,10 @@ pub struct Manifest {
     /// The playbook's latency limits, so that `show` judges the run by them later.
     #[serde(default, skip_serializing_if = "Slo::is_empty")]
     pub slo: Slo,
+    /// The sweeps as the run planned them (their points, and what `skip_if` skips per
+    /// column), so that the tables give every planned point a row; None for runs made before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Vec<PlannedSweep>>,
     /// How many lines of events.jsonl this manifest has folded in: a reader replays the rest
     /// (the manifest is rewritten at a bounded rate, the journal on every event).
     #[serde(default)]
@@ -363,6 +368,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         hosts,
         references: config.references.clone(),
         slo: config.slo.clone(),
+        planned: Some(crate::plan::planned_sweeps(config, run_id)),
         journaled: 0,
         process: Some(Process::this()),
         resumed: Vec::new(),

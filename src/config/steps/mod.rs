@@ -19,10 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use super::duration::Dur;
+use super::only::Only;
 use super::playbook::{Quoting, Text};
 use super::reference::References;
 use super::render::{RenderError, Renderer};
-use crate::point::Matrix;
+use crate::point::{Matrix, PointKey, StepPoint, Values};
 pub use run_sweep::Point;
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
@@ -98,6 +99,17 @@ pub trait StepKind {
     /// What a resumed run does with the step once it has run.
     fn on_resume(&self) -> OnResume {
         OnResume::Setup
+    }
+
+    /// The points the step runs, those `--only` keeps, in the matrix's order (known before
+    /// anything is rendered); None for a kind that has no points.
+    fn points(&self, _only: &Only) -> Option<Vec<Values>> {
+        None
+    }
+
+    /// How many times the step measures each of its points, given the run's `--repeat`.
+    fn repetitions(&self, _run_repeat: Option<u32>) -> u32 {
+        1
     }
 }
 
@@ -198,6 +210,20 @@ step_kinds! {
     "fetch-results" => FetchResults(fetch_results),
     "shell" => Shell(shell),
     "start-server" => StartServer(start_server),
+}
+
+impl Step {
+    /// The step's units of work, when it is step `index` of the playbook: each of its points
+    /// with each of its repetitions, point by point (none for a kind without points). What a
+    /// resume runs and counts, and what the report plans a row for.
+    pub fn units(&self, index: usize, run_repeat: Option<u32>, only: &Only) -> Vec<PointKey> {
+        let kind = self.as_kind();
+        let repetitions = kind.repetitions(run_repeat);
+        let points = kind.points(only).unwrap_or_default();
+        let point = |values: &Values| StepPoint::of(index, values);
+        let units = |p: StepPoint| (1..=repetitions).map(move |r| p.clone().repetition(r));
+        points.iter().map(point).flat_map(units).collect()
+    }
 }
 
 fn yes() -> bool {
