@@ -11,7 +11,7 @@ use crate::point::PointKey;
 /// latest attempt is not their first. In a `resumed` run, a record repeated exactly within one
 /// attempt (the output of a command re-attached after the resume, read again) is kept once.
 pub fn latest(records: Vec<Record>, resumed: bool) -> (Vec<Record>, usize) {
-    let key = |r: &Record| (r.host.clone(), r.key());
+    let key = |r: &Record| (r.column(), r.key());
     let mut last: HashMap<(String, PointKey), u32> = HashMap::new();
     for record in &records {
         let attempt = last.entry(key(record)).or_insert(record.at.attempt);

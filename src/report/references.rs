@@ -63,7 +63,7 @@ pub fn check(run: &Run) -> Vec<Checked<'_>> {
             let records: Vec<_> = run
                 .records
                 .iter()
-                .filter(|r| r.host == reference.host && r.key().point == point)
+                .filter(|r| r.column() == reference.host && r.key().point == point)
                 .collect();
             let measured = match records.is_empty() {
                 true => Cell::Missing,

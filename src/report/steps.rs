@@ -17,10 +17,10 @@ pub struct StepRecords<'a> {
     pub rows: IndexMap<String, RowRecords<'a>>,
 }
 
-/// Records of one row, by host.
+/// Records of one row, by column (a host, or `host/variant`).
 pub type RowRecords<'a> = IndexMap<String, Vec<&'a Record>>;
 
-/// Groups a run's records by step, then by row label, then by host.
+/// Groups a run's records by step, then by row label, then by column.
 pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     let mut steps: IndexMap<(usize, String), IndexMap<String, RowRecords>> = IndexMap::new();
     // Counted per repetition: the repetitions of a point share its rows.
@@ -28,7 +28,8 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     for record in records {
         let key = record.key();
         let base = key.point.label.clone();
-        let n = seen_per_point.entry((record.host.clone(), key)).or_insert(0);
+        let column = record.column();
+        let n = seen_per_point.entry((column.clone(), key)).or_insert(0);
         *n += 1;
         let label = match (record.status, *n) {
             (RecordStatus::Ok, k) if k > 1 => sub_label(&base, record, k),
@@ -39,7 +40,7 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
             .or_default()
             .entry(label)
             .or_default()
-            .entry(record.host.clone())
+            .entry(column)
             .or_default()
             .push(record);
     }
