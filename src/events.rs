@@ -5,6 +5,8 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+use crate::point::{PointKey, StepPoint};
+
 /// Which output stream of a command a line came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -25,14 +27,9 @@ pub struct Record {
     pub status: RecordStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Which attempt at the point made the record: 1 for the first; a retry, a re-run after a
-    /// lost connection or a resumed run counts up (runs written before the field: 1).
-    #[serde(default = "first_attempt")]
-    pub attempt: u32,
-    /// Which repetition of the point (see `repeat:` on run-sweep) the record measures: from
-    /// 1; written only when above 1, so that runs without repeats read as before.
-    #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
-    pub repetition: u32,
+    /// Which run of the point made the record: its repetition and attempt.
+    #[serde(flatten)]
+    pub at: PointRun,
     /// The server variant measured (its values, like `point`); absent without variants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<IndexMap<String, Json>>,
@@ -43,6 +40,11 @@ pub struct Record {
 }
 
 impl Record {
+    /// The unit of work that made the record (its column aside: see [`Record::column`]).
+    pub fn key(&self) -> PointKey {
+        StepPoint::of(self.step_index, &self.point).repetition(self.at.repetition)
+    }
+
     /// The record's column in the tables: its host, or `host/variant`.
     pub fn column(&self) -> String {
         let label = self.variant.as_ref().map(crate::point::variant_label);
@@ -82,11 +84,18 @@ pub fn mark_invalid(metrics: &mut serde_json::Map<String, Json>, more: Vec<Strin
 pub const UNKNOWN_METRICS: &str = "unknown_metrics";
 
 /// Which run of a sweep point made a record or event: its repetition and its attempt at that
-/// repetition, both from 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// repetition, both from 1. Flattened into records and point events, as they were written
+/// before it was a type of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PointRun {
-    pub repetition: u32,
+    /// 1 for the first; a retry, a re-run after a lost connection or a resumed run counts up
+    /// (runs written before the field: 1).
+    #[serde(default = "first_attempt")]
     pub attempt: u32,
+    /// Which repetition of the point (see `repeat:` on run-sweep): from 1; written only when
+    /// above 1, so that runs without repeats read as before.
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+    pub repetition: u32,
 }
 
 impl PointRun {
@@ -96,6 +105,29 @@ impl PointRun {
             repetition: 1,
             attempt,
         }
+    }
+}
+
+/// Which attempt at which point a `point_started` or `point_finished` event is about: the
+/// point's label, its step's index and the run (repetition and attempt). Flattened into the
+/// events, as they were written before it was a type of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointAttempt {
+    /// The point's label (`concurrency=16`).
+    pub point: String,
+    /// The step's index (from 0); absent in runs written before it was journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_index: Option<usize>,
+    #[serde(flatten)]
+    pub run: PointRun,
+}
+
+impl PointAttempt {
+    /// The unit of work this is an attempt at; `current`, the step its host was running, stands
+    /// in for a step index the journal lacks.
+    pub fn key(&self, current: usize) -> PointKey {
+        let step_index = self.step_index.unwrap_or(current);
+        PointKey::new(step_index, &self.point, self.run.repetition)
     }
 }
 
@@ -177,15 +209,8 @@ pub enum Event {
     PointStarted {
         host: String,
         step: String,
-        point: String,
-        /// The step's index (from 0); absent in runs written before it was journaled.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step_index: Option<usize>,
-        #[serde(default = "first_attempt")]
-        attempt: u32,
-        /// The point's repetition, from 1 (written only above 1).
-        #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
-        repetition: u32,
+        #[serde(flatten)]
+        at: PointAttempt,
         /// The server variant (its label) the step ran against; absent without variants.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         variant: Option<String>,
@@ -193,13 +218,8 @@ pub enum Event {
     PointFinished {
         host: String,
         step: String,
-        point: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step_index: Option<usize>,
-        #[serde(default = "first_attempt")]
-        attempt: u32,
-        #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
-        repetition: u32,
+        #[serde(flatten)]
+        at: PointAttempt,
         status: RecordStatus,
         #[serde(skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
@@ -323,5 +343,48 @@ pub mod output_backlog {
     /// How many lines were left out in all (this process).
     pub fn left_out() -> usize {
         LEFT_OUT_IN_ALL.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as the journal writes them, old (no attempt, repetition or step index) and new.
+    const RECORD: &str = r#"{"run":"r","host":"a","step":"run-sweep","step_index":1,"point":{"c":4},"metrics":{"x":1.0},"status":"ok","attempt":2,"repetition":3,"variant":{"tp":2},"command":"b 4"}"#;
+    const RECORD_FIRST: &str = r#"{"run":"r","host":"a","step":"run-sweep","step_index":1,"point":{"c":4},"metrics":{},"status":"failed","reason":"why","attempt":1}"#;
+    const RECORD_OLD: &str = r#"{"run":"r","host":"a","step":"run-sweep","step_index":1,"point":{"c":4},"metrics":{},"status":"ok"}"#;
+    const STARTED: &str = r#"{"event":"point_started","host":"a","step":"run-sweep","point":"c=4","step_index":1,"attempt":2,"repetition":3,"variant":"tp=2"}"#;
+    const STARTED_FIRST: &str =
+        r#"{"event":"point_started","host":"a","step":"run-sweep","point":"c=4","step_index":1,"attempt":1}"#;
+    const STARTED_OLD: &str = r#"{"event":"point_started","host":"a","step":"run-sweep","point":"c=4"}"#;
+    const FINISHED: &str = r#"{"event":"point_finished","host":"a","step":"run-sweep","point":"c=4","step_index":1,"attempt":2,"repetition":3,"status":"lost","exit_code":1,"reason":"why","seconds":1.5,"variant":"tp=2"}"#;
+    const FINISHED_OLD: &str = r#"{"event":"point_finished","host":"a","step":"run-sweep","point":"c=4","status":"ok","seconds":0.5}"#;
+
+    fn again<T: Serialize + serde::de::DeserializeOwned>(line: &str) -> String {
+        serde_json::to_string(&serde_json::from_str::<T>(line).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn records_and_point_events_read_and_write_as_journaled() {
+        for line in [RECORD, RECORD_FIRST] {
+            assert_eq!(again::<Record>(line), line);
+        }
+        for line in [STARTED, STARTED_FIRST, FINISHED] {
+            assert_eq!(again::<Event>(line), line);
+        }
+        let old: Record = serde_json::from_str(RECORD_OLD).unwrap();
+        assert_eq!(old.at, PointRun::once(1));
+        let attempt_written = RECORD_OLD.replace("\"ok\"}", "\"ok\",\"attempt\":1}");
+        assert_eq!(again::<Record>(RECORD_OLD), attempt_written);
+        assert_eq!(
+            again::<Event>(STARTED_OLD),
+            STARTED_FIRST.replace(",\"step_index\":1", "")
+        );
+        let finished = again::<Event>(FINISHED_OLD);
+        assert_eq!(
+            finished,
+            FINISHED_OLD.replace("\"status\"", "\"attempt\":1,\"status\"")
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::config::render::{RenderError, Renderer};
@@ -15,6 +16,7 @@ use crate::config::server::ServerPlan;
 use crate::config::steps::Action;
 use crate::config::template;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, HostVars, Step};
+use crate::point::{self, PlannedSweep};
 use crate::words::count;
 
 /// One step for one host, with its templates rendered.
@@ -148,6 +150,58 @@ pub fn plan_step(
         action,
         attempt: 1,
     })
+}
+
+/// The run's sweeps (the steps with points) as planned for every column before connecting:
+/// each host, or each of its server variants, with its own values.
+pub fn planned_sweeps(config: &Config, run_id: &str) -> Vec<PlannedSweep> {
+    let mut sweeps: Vec<PlannedSweep> = (config.playbook.steps.iter().enumerate())
+        .filter_map(|(step_index, step)| {
+            Some(PlannedSweep {
+                step_index,
+                step: step.display_name(),
+                points: step.as_kind().points(&config.only)?,
+                skipped: IndexMap::new(),
+            })
+        })
+        .collect();
+    let builtins = Builtins {
+        run_id: run_id.to_string(),
+        rigrun: "rigrun".into(),
+    };
+    for (column, vars) in columns(config, &builtins) {
+        let mut later: HashSet<&str> = HashSet::new();
+        for (index, step) in config.playbook.steps.iter().enumerate() {
+            if let Some(sweep) = sweeps.iter_mut().find(|s| s.step_index == index) {
+                let planned = plan_step(config, index, step, &vars, &later);
+                let points = planned.iter().flat_map(|p| p.action.points());
+                for (point, reason) in points.filter_map(|p| Some((p, p.skip.as_ref()?))) {
+                    let skipped = sweep.skipped.entry(column.clone()).or_default();
+                    skipped.insert(point.label(), reason.clone());
+                }
+            }
+            later.extend(step.as_kind().provides());
+        }
+    }
+    sweeps
+}
+
+/// Every column of the run with its variables: each host, or each of its server variants.
+fn columns(config: &Config, builtins: &Builtins) -> Vec<(String, HostVars)> {
+    let mut columns = Vec::new();
+    for host in &config.hosts {
+        let vars = config.host_vars(host, config.host(host).workdir(), builtins);
+        let variants = plan_variants(config, &vars).unwrap_or_default();
+        match variants.is_empty() {
+            true => columns.push((host.clone(), vars)),
+            false => columns.extend(
+                variants
+                    .iter()
+                    .map(|v| (point::column(host, v.variant.name()), v.variant.vars(&vars))),
+            ),
+        }
+    }
+    columns
 }
 
 /// The plan as text for `rigrun plan`.

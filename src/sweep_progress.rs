@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 use crate::config::steps::Action;
 use crate::config::Config;
 use crate::plan::Plan;
+use crate::point::StepPoint;
 use crate::resume::{HostWork, PointWork};
 use crate::words::count;
 
@@ -62,9 +63,9 @@ fn runs_left(host: &crate::plan::HostPlan, work: &HostWork) -> usize {
             continue;
         };
         for point in sweep.points.iter().filter(|p| p.skip.is_none()) {
-            let label = point.label();
+            let point = StepPoint::of(step.index, &point.values);
             runs += (1..=sweep.repeat.max(1))
-                .filter(|r| matches!(work.point(step.index, &label, *r), PointWork::Run { .. }))
+                .filter(|r| matches!(work.point(&point.clone().repetition(*r)), PointWork::Run { .. }))
                 .count();
         }
     }

@@ -33,8 +33,7 @@ pub fn record(
         metrics: metrics.as_object().cloned().unwrap_or_default(),
         status,
         reason: (status != crate::events::RecordStatus::Ok).then(|| "why".to_string()),
-        attempt: 1,
-        repetition: 1,
+        at: crate::events::PointRun::once(1),
         variant: None,
         command: None,
     }

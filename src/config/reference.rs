@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use serde_saphyr::Spanned;
 
-use super::steps::Matrix;
 use super::{closest, Config, ConfigError};
 use crate::point::value_text;
+use crate::point::Matrix;
 
 /// As written: host → point → metric → `VALUE ±TOLERANCE`.
 pub type References = IndexMap<Spanned<String>, IndexMap<Spanned<String>, IndexMap<String, Spanned<Json>>>>;

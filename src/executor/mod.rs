@@ -48,7 +48,15 @@ fn begin(config: &Config, start: Start) -> Result<(RunDir, String, IndexMap<Stri
         Start::New { runs_dir } => {
             let started = Utc::now();
             let run_id = RunDir::new_run_id(&runs_dir, &config.playbook.name.value, started);
-            let dir = RunDir::create(&runs_dir, manifest_for(config, &run_id, started))?;
+            let dir = RunDir::create(
+                &runs_dir,
+                manifest_for(
+                    config,
+                    &run_id,
+                    crate::plan::planned_sweeps(config, &run_id),
+                    started,
+                ),
+            )?;
             let work = config
                 .hosts
                 .iter()

@@ -10,13 +10,11 @@ use serde_json::{json, Value as Json};
 
 use super::host::{HostJob, Stop};
 use crate::config::server::ServerPlan;
-use crate::config::steps::Action;
 use crate::config::HostVars;
 use crate::events::{Event, PointRun, Record, RecordStatus, Status};
 use crate::plan;
-use crate::resume::PointWork;
 use crate::steps::server::{self, StartFailure};
-use crate::steps::HostCtx;
+use crate::steps::{self, HostCtx};
 
 /// The name of the startup figures' table: one row per variant's server start.
 pub const STARTUP_STEP: &str = "server startup";
@@ -191,8 +189,7 @@ fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Opti
             RecordStatus::Ok
         },
         reason: failed.map(String::from),
-        attempt: 1,
-        repetition: 1,
+        at: PointRun::once(1),
         variant: ctx.variant_values(),
         command: None,
     }));
@@ -218,15 +215,7 @@ fn fail_steps(job: &HostJob, ctx: &HostCtx, vars: &HostVars, reason: &str) {
             variant: variant.clone(),
         });
         let (status, error) = match &planned {
-            Ok(planned) => match &planned.action {
-                Action::RunSweep(sweep) => {
-                    for run in sweep.runs() {
-                        fail_point(ctx, planned, &sweep.points[run.point], run.repetition, reason);
-                    }
-                    (Status::Failed, reason.to_string())
-                }
-                _ => (Status::Skipped, reason.to_string()),
-            },
+            Ok(planned) => (steps::not_started(ctx, planned, reason), reason.to_string()),
             Err(e) => (
                 Status::Failed,
                 format!("{reason}; the step cannot be planned either: {e}"),
@@ -244,40 +233,4 @@ fn fail_steps(job: &HostJob, ctx: &HostCtx, vars: &HostVars, reason: &str) {
             variant: variant.clone(),
         });
     }
-}
-
-/// One point of a variant that did not start: finished failed, with a record saying why.
-fn fail_point(
-    ctx: &HostCtx,
-    step: &plan::PlannedStep,
-    point: &crate::config::steps::Point,
-    repetition: u32,
-    reason: &str,
-) {
-    let label = point.label();
-    let PointWork::Run { attempt } = ctx.work.point(step.index, &label, repetition) else {
-        return;
-    };
-    let at = PointRun { repetition, attempt };
-    ctx.record(
-        step,
-        &point.values,
-        at,
-        serde_json::Map::new(),
-        RecordStatus::Failed,
-        Some(reason.to_string()),
-    );
-    ctx.emit(Event::PointFinished {
-        host: ctx.host.clone(),
-        step: step.name.clone(),
-        point: label,
-        step_index: Some(step.index),
-        attempt,
-        repetition,
-        status: RecordStatus::Failed,
-        exit_code: None,
-        reason: Some(reason.to_string()),
-        seconds: 0.0,
-        variant: ctx.variant_name().map(String::from),
-    });
 }

@@ -404,7 +404,7 @@ pub fn cell(records: Option<&Vec<&Record>>, metric: &str) -> Cell {
     let Some(records) = records else {
         return Cell::Missing;
     };
-    let mut repetitions: Vec<u32> = records.iter().map(|r| r.repetition).collect();
+    let mut repetitions: Vec<u32> = records.iter().map(|r| r.at.repetition).collect();
     repetitions.sort_unstable();
     repetitions.dedup();
     match repetitions.len() {
@@ -421,7 +421,11 @@ fn repeated(records: &[&Record], repetitions: &[u32], metric: &str) -> Cell {
     let cells: Vec<Cell> = repetitions
         .iter()
         .map(|&rep| {
-            let of_rep: Vec<&Record> = records.iter().copied().filter(|r| r.repetition == rep).collect();
+            let of_rep: Vec<&Record> = records
+                .iter()
+                .copied()
+                .filter(|r| r.at.repetition == rep)
+                .collect();
             single(&of_rep, metric)
         })
         .collect();
@@ -529,7 +533,10 @@ mod tests {
 
     fn record(repetition: u32, metrics: serde_json::Value, status: RecordStatus) -> Record {
         Record {
-            repetition,
+            at: crate::events::PointRun {
+                attempt: 1,
+                repetition,
+            },
             ..crate::testutil::record("h", &[], metrics, status)
         }
     }
@@ -566,7 +573,11 @@ mod tests {
         assert_eq!(c.text(), "102 ± 4.97");
         let (_, why) = c.note().unwrap();
         assert_eq!(why, "2 of 5 repetitions invalid, failed or lost, excluded");
-        let all_bad: Vec<&Record> = refs.iter().copied().filter(|r| r.repetition % 2 == 0).collect();
+        let all_bad: Vec<&Record> = refs
+            .iter()
+            .copied()
+            .filter(|r| r.at.repetition % 2 == 0)
+            .collect();
         assert!(
             matches!(cell(Some(&all_bad), "x"), Cell::Invalid { .. }),
             "none valid: the first reason"

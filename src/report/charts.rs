@@ -20,7 +20,7 @@ use super::stats::Summary;
 use super::svg::{tooltip, Chart, Gap, Limit, Look, Point, Scale, Series, Tag};
 use super::Run;
 use crate::events::{Record, RecordStatus};
-use crate::point::{self, Values};
+use crate::point::{self, StepPoint, Values};
 
 /// One valid measurement of the step, or the valid repetitions of a repeated point together.
 struct Sample<'a> {
@@ -336,17 +336,18 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) ->
                 && invalid_reason(r).is_none()
         });
         // Per point, per repetition, the last record; a point's repetitions make one sample.
-        let mut points: IndexMap<(String, String), IndexMap<u32, &Record>> = IndexMap::new();
+        let mut points: IndexMap<(String, StepPoint), IndexMap<u32, &Record>> = IndexMap::new();
         for record in valid {
-            let key = (record.host.clone(), point::label(&record.point));
-            points.entry(key).or_default().insert(record.repetition, record);
+            let key = record.key();
+            let at = points.entry((record.column(), key.point)).or_default();
+            at.insert(key.repetition, record);
         }
-        samples.extend(points.into_values().map(|reps| {
+        samples.extend(points.into_iter().map(|((column, _), reps)| {
             let records: Vec<&Record> = reps.into_values().collect();
             Sample {
                 series: format!("{}{suffix}", series_name(records[0])),
-                host: format!("{}{suffix}", records[0].host),
-                look: looks.of_column(runs, run, &records[0].host),
+                host: format!("{column}{suffix}"),
+                look: looks.of_column(runs, run, &column),
                 concurrency: concurrency_of(records[0]),
                 records,
             }
@@ -367,23 +368,23 @@ fn unmeasured(runs: &[Run], step_index: usize, step: &str, looks: &Looks) -> Vec
             .iter()
             .filter(|r| r.step_index == step_index && r.step == step)
             .collect();
-        let mut points: IndexMap<String, &Values> = planned
+        let mut points: IndexMap<StepPoint, &Values> = planned
             .points(step_index, step)
-            .map(|p| (point::label(p), p))
+            .map(|p| (StepPoint::of(step_index, p), p))
             .collect();
         for record in &records {
-            points.entry(point::label(&record.point)).or_insert(&record.point);
+            points.entry(record.key().point).or_insert(&record.point);
         }
         for column in run.hosts() {
-            for (label, values) in &points {
+            for (point, values) in &points {
                 let of_point: Vec<&Record> = records
                     .iter()
                     .copied()
-                    .filter(|r| r.host == column && point::label(&r.point) == *label)
+                    .filter(|r| r.column() == column && r.key().point == *point)
                     .collect();
                 let Some((status, why)) = why_unmeasured(&of_point, || {
                     planned
-                        .has(step_index, step, label)
+                        .has(step_index, step, &point.label)
                         .then(|| not_run_reason(&run.manifest, &column))
                 }) else {
                     continue;

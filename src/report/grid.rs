@@ -103,7 +103,7 @@ impl<'a> RunTables<'a> {
             Some(_) if matches!(value, Cell::Missing) && !step_holds(step, metric) => Cell::Unknown {
                 reason: format!("no record of step {} has {metric}", step.step_index + 1),
             },
-            Some(first) => self.refs.mark(value, step.step_index, host, &first.point, metric),
+            Some(first) => self.refs.mark(value, first.key().point, host, metric),
             None if self.planned.has(step.step_index, &step.step, label) => {
                 self.planned.absent(self.run, host, step.step_index, label)
             }

@@ -72,15 +72,12 @@ pub struct Run {
 }
 
 impl Run {
-    /// Reads a run directory. A record's `host` becomes its column (`host/variant` for a
-    /// server variant), which is what every table, chart and ratio compares; energy per token
-    /// that an earlier rigrun took over mismatched windows is withdrawn, with the reason.
+    /// Reads a run directory; energy per token that an earlier rigrun took over mismatched
+    /// windows is withdrawn, with the reason. Every table, chart and ratio compares records by
+    /// their column ([`Record::column`]: `host/variant` for a server variant).
     pub fn open(dir: &Path) -> Result<Run> {
         let (manifest, mut records, unreadable_records) = read_records(dir)?;
         for record in records.iter_mut() {
-            if record.variant.is_some() {
-                record.host = record.column();
-            }
             crate::telemetry::summary::withdraw_mismatched(&mut record.metrics);
         }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
@@ -102,10 +99,13 @@ impl Run {
         for (host, entry) in &self.manifest.hosts {
             let named = entry.variants.keys().filter(|v| v.contains('='));
             let mut of_host: Vec<String> = named.map(|v| crate::point::column(host, Some(v))).collect();
-            let prefix = format!("{host}/");
-            for r in self.records.iter().filter(|r| r.host.starts_with(&prefix)) {
-                if !of_host.contains(&r.host) {
-                    of_host.push(r.host.clone());
+            let of_variants = self
+                .records
+                .iter()
+                .filter(|r| r.host == *host && r.variant.is_some());
+            for column in of_variants.map(Record::column) {
+                if !of_host.contains(&column) {
+                    of_host.push(column);
                 }
             }
             if of_host.is_empty() {

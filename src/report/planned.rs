@@ -1,8 +1,8 @@
-//! The sweep points a run planned (those `--only` kept), read back from the playbook, inventory
-//! and filter its manifest keeps, so that every planned point has a row, in the plan's order,
-//! and a point without a record says why: skipped by the plan (`skip_if`, known before anything
-//! ran), its end as the journal tells it (its record line unreadable), or `not run` with the
-//! reason.
+//! The sweep points a run planned (those `--only` kept), as its manifest keeps them, so that
+//! every planned point has a row, in the plan's order, and a point without a record says why:
+//! skipped by the plan (`skip_if`, known before anything ran), its end as the journal tells it
+//! (its record line unreadable), or `not run` with the reason. Runs made before the manifest
+//! kept them have their playbook read again ([`reparsed`]).
 
 use std::collections::HashMap;
 
@@ -12,9 +12,10 @@ use super::cell::Cell;
 use super::steps::StepRecords;
 use super::Run;
 use crate::config::only::Only;
-use crate::config::{Playbook, Step};
+use crate::config::Playbook;
 use crate::events::Status;
-use crate::point;
+use crate::point::PlannedSweep;
+use crate::point::{self, StepPoint};
 use crate::resume::Ended;
 use crate::store::Manifest;
 
@@ -22,37 +23,37 @@ use crate::store::Manifest;
 /// points the plan skips.
 pub struct Planned {
     sweeps: IndexMap<(usize, String), IndexMap<String, point::Values>>,
-    /// (column, step index, point label) → why `skip_if` skips it, for the points whose skip
-    /// the plan knows (not those that wait for what the run learns).
-    skips: HashMap<(String, usize, String), String>,
+    /// (column, point) → why `skip_if` skips it, for the points whose skip the plan knows
+    /// (not those that wait for what the run learns).
+    skips: HashMap<(String, StepPoint), String>,
 }
 
 impl Planned {
-    /// The sweeps of the manifest's playbook (none when it cannot be read: old or hand-made
-    /// runs show what they recorded, as before).
+    /// The run's sweeps as its manifest keeps them (read again for older runs).
     pub fn of(manifest: &Manifest) -> Planned {
-        let playbook: Option<Playbook> = serde_saphyr::from_str(&manifest.playbook.source).ok();
-        let steps = playbook.map(|p| p.steps).unwrap_or_default();
-        // The points `--only` left out were not planned.
-        let only = Only::parse(&manifest.playbook.only).unwrap_or_default();
-        let sweeps = steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, step)| match step {
-                Step::RunSweep(sweep) => {
-                    let points = sweep
-                        .chosen_points(&only)
-                        .into_iter()
-                        .map(|p| (point::label(&p), p))
-                        .collect();
-                    Some(((i, step.display_name()), points))
+        let planned = match &manifest.planned {
+            Some(sweeps) => sweeps.clone(),
+            None => reparsed(manifest),
+        };
+        let mut skips = HashMap::new();
+        for sweep in &planned {
+            for (column, skipped) in &sweep.skipped {
+                for (label, reason) in skipped {
+                    let point = StepPoint {
+                        step_index: sweep.step_index,
+                        label: label.clone(),
+                    };
+                    skips.insert((column.clone(), point), reason.clone());
                 }
-                _ => None,
+            }
+        }
+        let sweeps = planned
+            .into_iter()
+            .map(|sweep| {
+                let points = sweep.points.into_iter().map(|p| (point::label(&p), p));
+                ((sweep.step_index, sweep.step), points.collect())
             })
             .collect();
-        let skips = crate::resume::kept_config(manifest)
-            .map(|config| crate::resume::planned_skips(&config, &manifest.run_id))
-            .unwrap_or_default();
         Planned { sweeps, skips }
     }
 
@@ -106,7 +107,11 @@ impl Planned {
     /// when the plan skips it; how it ended when the journal says it finished (its record line
     /// was lost: a damaged records.jsonl); else `not run` with the reason.
     pub fn absent(&self, run: &Run, column: &str, index: usize, label: &str) -> Cell {
-        let key = (column.to_string(), index, label.to_string());
+        let point = StepPoint {
+            step_index: index,
+            label: label.to_string(),
+        };
+        let key = (column.to_string(), point);
         if let Some(reason) = self.skips.get(&key) {
             return Cell::Skipped {
                 reason: reason.clone(),
@@ -115,7 +120,7 @@ impl Planned {
         let ended = run
             .history
             .get(column)
-            .and_then(|h| h.point(index, label, 1))
+            .and_then(|h| h.point(&key.1.repetition(1)))
             .and_then(|p| p.ended.clone());
         match ended {
             Some(Ended::Ok { .. }) if run.unreadable_records > 0 => Cell::RecordLost {
@@ -137,6 +142,33 @@ impl Planned {
             },
         }
     }
+}
+
+/// The sweeps of a run made before its manifest kept them: its playbook's read again from the
+/// copy the manifest keeps, with the points `--only` kept, and the skips of its configuration
+/// planned again (none when it no longer loads); no sweeps when the playbook cannot be read
+/// (hand-made runs show what they recorded). The one place the report reads a playbook.
+fn reparsed(manifest: &Manifest) -> Vec<PlannedSweep> {
+    let playbook: Option<Playbook> = serde_saphyr::from_str(&manifest.playbook.source).ok();
+    let steps = playbook.map(|p| p.steps).unwrap_or_default();
+    let only = Only::parse(&manifest.playbook.only).unwrap_or_default();
+    let as_run = crate::resume::kept_config(manifest)
+        .map(|config| crate::plan::planned_sweeps(&config, &manifest.run_id))
+        .unwrap_or_default();
+    let skipped = |index: usize| {
+        let sweep = as_run.iter().find(|s| s.step_index == index);
+        sweep.map(|s| s.skipped.clone()).unwrap_or_default()
+    };
+    (steps.iter().enumerate())
+        .filter_map(|(step_index, step)| {
+            Some(PlannedSweep {
+                step_index,
+                step: step.display_name(),
+                points: step.as_kind().points(&only)?,
+                skipped: skipped(step_index),
+            })
+        })
+        .collect()
 }
 
 /// Where `row` goes in a sweep planned as `labels`: its point's place (a point's later records,
@@ -175,6 +207,42 @@ pub fn not_run_reason(manifest: &Manifest, column: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Config, LoadOptions};
+
+    const INVENTORY: &str = "hosts:\n  a: {connection: local, vars: {cap: 4}}\n  \
+        b: {connection: local, vars: {cap: 16}}\n";
+    const PLAYBOOK: &str = "name: t\nsteps:\n  - shell: {command: \"true\"}\n  \
+        - run-sweep: {matrix: {n: [1, 2, 8], m: [x]}, skip_if: \"n > cap\", command: \"echo {{ n }}\"}\n";
+
+    #[test]
+    fn the_manifest_keeps_what_reading_the_playbook_again_finds() {
+        let opts = LoadOptions {
+            playbook: "p.yaml".into(),
+            inventory: "h.yaml".into(),
+            only: vec!["n=1".into(), "n=8".into()],
+            ..Default::default()
+        };
+        let config = Config::from_text(&opts, PLAYBOOK.into(), INVENTORY.into()).unwrap();
+        let mut manifest = crate::store::manifest_for(
+            &config,
+            "r",
+            crate::plan::planned_sweeps(&config, "r"),
+            chrono::Utc::now(),
+        );
+        let kept = manifest.planned.clone().unwrap();
+        assert_eq!(kept, reparsed(&manifest));
+        assert_eq!((kept.len(), kept[0].step_index, kept[0].points.len()), (1, 1, 2));
+        assert!(kept[0].skip("a", "n=8 m=x").is_some());
+        assert_eq!(kept[0].skip("b", "n=8 m=x"), None);
+        let json = serde_json::to_value(&manifest).unwrap();
+        assert_eq!(
+            json["planned"][0]["points"],
+            serde_json::json!([{"n": 1, "m": "x"}, {"n": 8, "m": "x"}])
+        );
+        manifest.planned = None;
+        let before = serde_json::to_value(&manifest).unwrap();
+        assert!(before.get("planned").is_none(), "runs made before read as before");
+    }
 
     #[test]
     fn rows_go_in_the_plans_order_with_a_points_later_records_under_it() {

@@ -3,18 +3,15 @@
 
 use std::collections::HashMap;
 
-use indexmap::IndexMap;
-use serde_json::Value as Json;
-
 use super::cell::{cell, Cell, RefCheck};
 use super::model::Grid;
 use super::Run;
 use crate::config::reference::{Expected, Reference};
-use crate::point;
+use crate::point::{self, StepPoint};
 
-/// References by (step index, host, point label, metric), for marking table cells.
+/// References by (point, host, metric), for marking table cells.
 pub struct Lookup<'a> {
-    by_key: HashMap<(usize, &'a str, String, &'a str), &'a Expected>,
+    by_key: HashMap<(StepPoint, &'a str, &'a str), &'a Expected>,
 }
 
 impl<'a> Lookup<'a> {
@@ -23,38 +20,29 @@ impl<'a> Lookup<'a> {
             .manifest
             .references
             .iter()
-            .map(|r| {
-                let key = (
-                    r.step_index,
-                    r.host.as_str(),
-                    point::label(&r.point),
-                    r.metric.as_str(),
-                );
-                (key, &r.expected)
-            })
+            .map(|r| ((point_of(r), r.host.as_str(), r.metric.as_str()), &r.expected))
             .collect();
         Lookup { by_key }
     }
 
-    /// The cell with its reference check, when the playbook states a reference for it.
-    pub fn mark(
-        &self,
-        cell: Cell,
-        step_index: usize,
-        host: &str,
-        point: &IndexMap<String, Json>,
-        metric: &str,
-    ) -> Cell {
+    /// The cell of `host` at `point` with its reference check, when the playbook states a
+    /// reference for it.
+    pub fn mark(&self, cell: Cell, point: StepPoint, host: &str, metric: &str) -> Cell {
         let Cell::Value { value, spread, .. } = cell else {
             return cell;
         };
-        let expected = self.by_key.get(&(step_index, host, point::label(point), metric));
+        let expected = self.by_key.get(&(point, host, metric));
         Cell::Value {
             value,
             reference: expected.map(|e| RefCheck::new(e, value)),
             spread,
         }
     }
+}
+
+/// The point a reference names.
+fn point_of(reference: &Reference) -> StepPoint {
+    StepPoint::of(reference.step_index, &reference.point)
 }
 
 /// One reference and what the run measured for it. A reference without a valid measurement
@@ -71,15 +59,11 @@ pub fn check(run: &Run) -> Vec<Checked<'_>> {
         .references
         .iter()
         .map(|reference| {
-            let label = point::label(&reference.point);
+            let point = point_of(reference);
             let records: Vec<_> = run
                 .records
                 .iter()
-                .filter(|r| {
-                    r.step_index == reference.step_index
-                        && r.host == reference.host
-                        && point::label(&r.point) == label
-                })
+                .filter(|r| r.column() == reference.host && r.key().point == point)
                 .collect();
             let measured = match records.is_empty() {
                 true => Cell::Missing,

@@ -186,20 +186,15 @@ pub fn metric_for(step: &StepRecords, table_metric: &str) -> Option<String> {
         .map(|m| m.to_string())
 }
 
-/// The concurrency of a record: its point's `concurrency`, else the `max_concurrency` the
-/// benchmark reported (result files fetched from the host carry only that).
+/// The concurrency of a record (see [`point::concurrency`]).
 pub fn concurrency_of(record: &Record) -> Option<f64> {
-    record
-        .point
-        .get("concurrency")
-        .and_then(Json::as_f64)
-        .or_else(|| record.metrics.get("max_concurrency").and_then(Json::as_f64))
+    point::concurrency(&record.point, &record.metrics)
 }
 
 /// The series of a record: its host, plus the other axes of its point (a long-context sweep
 /// over input lengths has one series per input length). Fetched files are not an axis.
 pub fn series_name(record: &Record) -> String {
-    series_of(&record.host, &record.point)
+    series_of(&record.column(), &record.point)
 }
 
 /// The series of a point of `column` (a host, or `host/variant`): see [`series_name`].
@@ -239,14 +234,14 @@ pub struct Row<'s, 'a> {
 /// are left out. What the scaling story and the SLO capacity walk.
 pub fn series_rows<'s, 'a>(step: &'s StepRecords<'a>) -> IndexMap<(String, String), Vec<Row<'s, 'a>>> {
     let mut series: IndexMap<(String, String), Vec<Row>> = IndexMap::new();
-    for by_host in step.rows.values() {
-        for records in by_host.values() {
+    for by_column in step.rows.values() {
+        for (column, records) in by_column {
             let Some(first) = records.first() else { continue };
             let Some(concurrency) = records.iter().find_map(|r| concurrency_of(r)) else {
                 continue;
             };
             series
-                .entry((series_name(first), first.host.clone()))
+                .entry((series_of(column, &first.point), column.clone()))
                 .or_default()
                 .push(Row { concurrency, records });
         }

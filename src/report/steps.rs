@@ -2,10 +2,12 @@
 //! one record of it when a point produced several), then by host; which steps are the main
 //! ones.
 
+use std::collections::HashMap;
+
 use indexmap::IndexMap;
 
 use crate::events::{Record, RecordStatus};
-use crate::point;
+use crate::point::PointKey;
 
 /// The records of one step, grouped into rows keyed by point (and record, when a point
 /// produced several), in the order they first appeared.
@@ -15,23 +17,19 @@ pub struct StepRecords<'a> {
     pub rows: IndexMap<String, RowRecords<'a>>,
 }
 
-/// Records of one row, by host.
+/// Records of one row, by column (a host, or `host/variant`).
 pub type RowRecords<'a> = IndexMap<String, Vec<&'a Record>>;
 
-/// Groups a run's records by step, then by row label, then by host.
+/// Groups a run's records by step, then by row label, then by column.
 pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
     let mut steps: IndexMap<(usize, String), IndexMap<String, RowRecords>> = IndexMap::new();
     // Counted per repetition: the repetitions of a point share its rows.
-    let mut seen_per_point: IndexMap<(usize, String, String, u32), usize> = IndexMap::new();
+    let mut seen_per_point: HashMap<(String, PointKey), usize> = HashMap::new();
     for record in records {
-        let base = point::label(&record.point);
-        let key = (
-            record.step_index,
-            record.host.clone(),
-            base.clone(),
-            record.repetition,
-        );
-        let n = seen_per_point.entry(key).or_insert(0);
+        let key = record.key();
+        let base = key.point.label.clone();
+        let column = record.column();
+        let n = seen_per_point.entry((column.clone(), key)).or_insert(0);
         *n += 1;
         let label = match (record.status, *n) {
             (RecordStatus::Ok, k) if k > 1 => sub_label(&base, record, k),
@@ -42,7 +40,7 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
             .or_default()
             .entry(label)
             .or_default()
-            .entry(record.host.clone())
+            .entry(column)
             .or_default()
             .push(record);
     }

@@ -85,7 +85,7 @@ fn shared_parameters(run: &Run, host: &str) -> Vec<(String, String)> {
     let measured = run
         .records
         .iter()
-        .filter(|r| r.host == host && r.status == RecordStatus::Ok && !r.point.contains_key("file"));
+        .filter(|r| r.column() == host && r.status == RecordStatus::Ok && !r.point.contains_key("file"));
     for record in measured {
         for name in PARAMETERS {
             let value = record.metrics.get(*name).filter(|v| !v.is_null());

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::events::{Event, RecordStatus, Status};
+use crate::point::PointKey;
 
 /// How the latest attempt at a point ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,14 +41,10 @@ pub struct StepPast {
     pub error: Option<String>,
 }
 
-/// A sweep point's repetition: step index, point label, repetition (from 1).
-type PointKey = (usize, String, u32);
-
 /// What the journal says happened on one host.
 #[derive(Clone, Debug, Default)]
 pub struct HostHistory {
     steps: HashMap<usize, StepPast>,
-    /// By step index, point label and repetition.
     points: HashMap<PointKey, PointPast>,
     /// The step the host was running, for events journaled without their step's index.
     current: usize,
@@ -58,9 +55,9 @@ impl HostHistory {
         self.steps.get(&index)
     }
 
-    /// The latest attempt at repetition `repetition` of point `label` of step `step`.
-    pub fn point(&self, step: usize, label: &str, repetition: u32) -> Option<&PointPast> {
-        self.points.get(&(step, label.to_string(), repetition))
+    /// The latest attempt at a unit of work.
+    pub fn point(&self, key: &PointKey) -> Option<&PointPast> {
+        self.points.get(key)
     }
 
     /// Folds one of the host's events in.
@@ -81,36 +78,18 @@ impl HostHistory {
                 let step = self.steps.entry(*index).or_default();
                 (step.status, step.error) = (Some(*status), error.clone());
             }
-            Event::PointStarted {
-                point,
-                step_index,
-                attempt,
-                repetition,
-                ..
-            } => {
-                let key = (step_index.unwrap_or(self.current), point.clone(), *repetition);
-                self.started(key, *attempt);
+            Event::PointStarted { at, .. } => {
+                self.started(at.key(self.current), at.run.attempt);
             }
             Event::PointFinished {
-                point,
-                step_index,
-                attempt,
-                repetition,
-                status,
-                reason,
-                ..
+                at, status, reason, ..
             } => {
-                let key = (step_index.unwrap_or(self.current), point.clone(), *repetition);
-                self.finished(key, *attempt, *status, reason.clone());
+                let key = at.key(self.current);
+                self.finished(key, at.run.attempt, *status, reason.clone());
             }
             Event::Record(record) if record.status == RecordStatus::Ok && record.is_invalid() => {
-                let key = (
-                    record.step_index,
-                    crate::point::label(&record.point),
-                    record.repetition,
-                );
-                if let Some(past) = self.points.get_mut(&key) {
-                    past.invalid |= past.attempt == record.attempt;
+                if let Some(past) = self.points.get_mut(&record.key()) {
+                    past.invalid |= past.attempt == record.at.attempt;
                 }
             }
             _ => {}

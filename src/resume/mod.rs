@@ -13,12 +13,13 @@ use anyhow::Result;
 use indexmap::IndexMap;
 
 pub use history::{Ended, HostHistory};
-pub use reload::{kept as kept_config, planned_skips};
+pub use reload::kept as kept_config;
 pub use work::{HostWork, Kept, PointWork};
 
 use crate::config::Config;
 use crate::events::Status;
 use crate::exit::Invalid;
+use crate::point::StepPoint;
 use crate::store::{read_events, RunDir};
 
 /// Which finished points a resume runs again besides those that never finished.
@@ -56,13 +57,15 @@ impl Resumed {
                  them again, --redo-invalid the invalid ones)"
             )];
         }
-        let skips = reload::planned_skips(&self.config, id);
+        let sweeps = crate::plan::planned_sweeps(&self.config, id);
         let left: Vec<String> = self
             .work
             .iter()
             .map(|(key, work)| {
-                let skipped =
-                    |i: usize, label: &str| skips.contains_key(&(key.clone(), i, label.to_string()));
+                let skipped = |point: &StepPoint| {
+                    let sweep = sweeps.iter().find(|s| s.step_index == point.step_index);
+                    sweep.is_some_and(|s| s.skip(key, &point.label).is_some())
+                };
                 (key, work.is_done(), work.points_to_run(&self.config, &skipped))
             })
             .map(|(key, done, points)| match (done, points) {

@@ -1,18 +1,15 @@
 //! The configuration of a run as it ran, for `rigrun run --resume`: the playbook and inventory
 //! kept in run.json, the `-e` values and hosts of the first run; and a refusal when the files
-//! have since changed in a way that changes what runs (steps, points, commands); and the sweep
-//! points its plan skips.
+//! have since changed in a way that changes what runs (steps, points, commands).
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde_json::Value as Json;
 
-use crate::config::{Builtins, Config, HostVars, LoadOptions, Step};
+use crate::config::{Builtins, Config, LoadOptions};
 use crate::exit::Invalid;
 use crate::plan::{self, Plan};
-use crate::point;
 use crate::store::Manifest;
 
 /// At most this many differences are named when the files changed.
@@ -193,42 +190,4 @@ fn list(items: &[&String]) -> String {
             n - 3
         ),
     }
-}
-
-/// Every sweep point the plan skips, per column (the host, or `host/variant` for each server
-/// variant): each sweep planned as the run planned it before connecting. A sweep whose
-/// `skip_if` waits for what the run learns (`server.*`) has no skips here.
-pub fn planned_skips(config: &Config, run_id: &str) -> HashMap<(String, usize, String), String> {
-    let builtins = Builtins {
-        run_id: run_id.to_string(),
-        rigrun: "rigrun".into(),
-    };
-    let mut skips = HashMap::new();
-    for host in &config.hosts {
-        let vars = config.host_vars(host, config.host(host).workdir(), &builtins);
-        let variants = plan::plan_variants(config, &vars).unwrap_or_default();
-        let columns: Vec<(String, HostVars)> = match variants.is_empty() {
-            true => vec![(host.clone(), vars.clone())],
-            false => variants
-                .iter()
-                .map(|v| (point::column(host, v.variant.name()), v.variant.vars(&vars)))
-                .collect(),
-        };
-        for (column, vars) in columns {
-            let mut later: HashSet<&str> = HashSet::new();
-            for (index, step) in config.playbook.steps.iter().enumerate() {
-                if let (Step::RunSweep(_), Ok(planned)) =
-                    (step, plan::plan_step(config, index, step, &vars, &later))
-                {
-                    for p in planned.action.points() {
-                        if let Some(reason) = &p.skip {
-                            skips.insert((column.clone(), index, p.label()), reason.clone());
-                        }
-                    }
-                }
-                later.extend(step.as_kind().provides());
-            }
-        }
-    }
-    skips
 }

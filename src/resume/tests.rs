@@ -6,7 +6,13 @@ use super::history;
 use super::work::{HostWork, Kept, PointWork};
 use super::Redo;
 use crate::config::{Config, LoadOptions};
-use crate::events::{Event, Record, RecordStatus, Status};
+use crate::events::{Event, PointAttempt, PointRun, Record, RecordStatus, Status};
+use crate::point::PointKey;
+
+/// Repetition 1 of point `label` of the sweep (step 1).
+fn unit(label: &str) -> PointKey {
+    PointKey::new(1, label, 1)
+}
 
 const INVENTORY: &str = "hosts:\n  a: {connection: local}\n";
 const PLAYBOOK: &str = "name: t\nsteps:\n  - verify-server: {url: \"http://127.0.0.1:1\"}\n  \
@@ -46,22 +52,21 @@ fn step(index: usize, attempt: u32, status: Option<Status>) -> Vec<Event> {
 }
 
 fn point(n: u32, attempt: u32, ended: Option<RecordStatus>) -> Vec<Event> {
+    let at = PointAttempt {
+        point: format!("n={n}"),
+        step_index: Some(1),
+        run: PointRun::once(attempt),
+    };
     let started = Event::PointStarted {
         host: "a".into(),
         step: "run-sweep".into(),
-        point: format!("n={n}"),
-        step_index: Some(1),
-        attempt,
-        repetition: 1,
+        at: at.clone(),
         variant: None,
     };
     let finished = ended.map(|status| Event::PointFinished {
         host: "a".into(),
         step: "run-sweep".into(),
-        point: format!("n={n}"),
-        step_index: Some(1),
-        attempt,
-        repetition: 1,
+        at,
         status,
         exit_code: None,
         reason: Some("why".into()),
@@ -81,8 +86,7 @@ fn invalid_record(n: u32, attempt: u32) -> Event {
         metrics: serde_json::json!({"valid": false}).as_object().cloned().unwrap(),
         status: RecordStatus::Ok,
         reason: None,
-        attempt,
-        repetition: 1,
+        at: PointRun::once(attempt),
         variant: None,
         command: None,
     })
@@ -108,7 +112,7 @@ fn killed_mid_sweep() -> Vec<Vec<Event>> {
 fn a_new_host_runs_everything_as_first_attempts() {
     let fresh = HostWork::fresh(&config());
     assert!((0..3).all(|i| fresh.runs_step(i)));
-    assert_eq!(fresh.point(1, "n=1", 1), PointWork::Run { attempt: 1 });
+    assert_eq!(fresh.point(&unit("n=1")), PointWork::Run { attempt: 1 });
     assert_eq!(fresh.step_attempt(0), 1);
 }
 
@@ -116,44 +120,44 @@ fn a_new_host_runs_everything_as_first_attempts() {
 fn against_a_server_started_anew_a_cut_short_point_runs_as_its_next_attempt() {
     let w = work(killed_mid_sweep(), Redo::default()).with_server_restarted();
     assert_eq!(
-        w.point(1, "n=2", 1),
+        w.point(&unit("n=2")),
         PointWork::Run { attempt: 2 },
         "not re-attached"
     );
     assert_eq!(
-        w.point(1, "n=1", 1),
+        w.point(&unit("n=1")),
         PointWork::Keep {
             attempt: 1,
             kept: Kept::Ok
         }
     );
-    assert_eq!(w.point(1, "n=3", 1), PointWork::Run { attempt: 1 });
+    assert_eq!(w.point(&unit("n=3")), PointWork::Run { attempt: 1 });
 }
 
 #[test]
 fn a_cut_short_point_runs_again_as_the_same_attempt_and_measured_ones_stand() {
     let w = work(killed_mid_sweep(), Redo::default());
     assert_eq!(
-        w.point(1, "n=1", 1),
+        w.point(&unit("n=1")),
         PointWork::Keep {
             attempt: 1,
             kept: Kept::Ok
         }
     );
     assert_eq!(
-        w.point(1, "n=2", 1),
+        w.point(&unit("n=2")),
         PointWork::Run { attempt: 1 },
         "re-attached, not started twice"
     );
-    assert_eq!(w.point(1, "n=3", 1), PointWork::Run { attempt: 1 });
+    assert_eq!(w.point(&unit("n=3")), PointWork::Run { attempt: 1 });
     assert!(w.runs_step(0), "verify-server sets up the sweep's work");
     assert!(
         w.runs_step(1) && w.runs_step(2),
         "fetch-results collects what the sweep adds"
     );
     assert_eq!(w.step_attempt(0), 2);
-    assert_eq!(w.points_to_run(&config(), &|_, _| false), 2);
-    assert_eq!(w.points_to_run(&config(), &|_, label| label == "n=3"), 1);
+    assert_eq!(w.points_to_run(&config(), &|_| false), 2);
+    assert_eq!(w.points_to_run(&config(), &|p| p.label == "n=3"), 1);
 }
 
 #[test]
@@ -177,8 +181,8 @@ fn failed_and_invalid_points_stand_unless_asked_to_redo() {
             invalid: false,
         },
     );
-    assert_eq!(failed.point(1, "n=2", 1), PointWork::Run { attempt: 2 });
-    assert!(matches!(failed.point(1, "n=3", 1), PointWork::Keep { .. }));
+    assert_eq!(failed.point(&unit("n=2")), PointWork::Run { attempt: 2 });
+    assert!(matches!(failed.point(&unit("n=3")), PointWork::Keep { .. }));
     assert!(failed.runs_step(0) && failed.runs_step(2));
     let invalid = work(
         events,
@@ -187,14 +191,14 @@ fn failed_and_invalid_points_stand_unless_asked_to_redo() {
             invalid: true,
         },
     );
-    assert_eq!(invalid.point(1, "n=3", 1), PointWork::Run { attempt: 2 });
+    assert_eq!(invalid.point(&unit("n=3")), PointWork::Run { attempt: 2 });
 }
 
 #[test]
 fn a_host_that_failed_before_the_sweep_runs_from_its_failed_step() {
     let w = work(vec![step(0, 1, Some(Status::Failed))], Redo::default());
     assert!((0..3).all(|i| w.runs_step(i)));
-    assert_eq!(w.point(1, "n=1", 1), PointWork::Run { attempt: 1 });
+    assert_eq!(w.point(&unit("n=1")), PointWork::Run { attempt: 1 });
 }
 
 #[test]

@@ -5,7 +5,7 @@ use crate::config::only::Only;
 use crate::config::steps::OnResume;
 use crate::config::{Config, Step};
 use crate::events::Status;
-use crate::point;
+use crate::point::{PointKey, StepPoint};
 
 use super::history::{Ended, HostHistory};
 use super::Redo;
@@ -117,9 +117,8 @@ impl HostWork {
         self.past.step(index).map_or(0, |s| s.attempts) + 1
     }
 
-    /// What to do with repetition `repetition` of point `label` of step `step` (each repetition
-    /// is its own unit of work: a resume runs only the repetitions not done). A point never
-    /// started runs as attempt 1.
+    /// What to do with a unit of work (a repetition of a point: a resume runs only the
+    /// repetitions not done). A point never started runs as attempt 1.
     /// A point whose latest attempt started but never finished (rigrun died, the host may
     /// not have) runs again *as the same attempt*: a command still running detached on the
     /// host is keyed by (run, step, point, attempt), so it is re-attached rather than
@@ -127,8 +126,8 @@ impl HostWork {
     /// `--redo-failed` was given, or was marked invalid and `--redo-invalid` was given: then
     /// it runs as the next attempt. So does one cut short when its server was started anew, and
     /// one recorded lost (the interrupt, a lost host: its command is known to be stopped).
-    pub fn point(&self, step: usize, label: &str, repetition: u32) -> PointWork {
-        let Some(past) = self.past.point(step, label, repetition) else {
+    pub fn point(&self, key: &PointKey) -> PointWork {
+        let Some(past) = self.past.point(key) else {
             return PointWork::Run { attempt: 1 };
         };
         let (attempt, next) = (
@@ -153,19 +152,15 @@ impl HostWork {
     }
 
     /// How many sweep points (repetitions of them, in a repeated sweep) of the steps that run
-    /// will run, for the resume's first line; those `skipped` (step index, label) says the plan
-    /// skips are not counted.
-    pub fn points_to_run(&self, config: &Config, skipped: &dyn Fn(usize, &str) -> bool) -> usize {
+    /// will run, for the resume's first line; the points `skipped` says the plan skips are not
+    /// counted.
+    pub fn points_to_run(&self, config: &Config, skipped: &dyn Fn(&StepPoint) -> bool) -> usize {
         let steps = config.playbook.steps.iter().enumerate();
         steps
             .filter(|(i, _)| self.runs_step(*i))
-            .flat_map(|(i, step)| {
-                units(step, self.repeat, &self.only)
-                    .into_iter()
-                    .map(move |u| (i, u))
-            })
-            .filter(|(i, (label, r))| matches!(self.point(*i, label, *r), PointWork::Run { .. }))
-            .filter(|(i, (label, _))| !skipped(*i, label))
+            .flat_map(|(i, step)| self.units(i, step))
+            .filter(|key| matches!(self.point(key), PointWork::Run { .. }))
+            .filter(|key| !skipped(&key.point))
             .count()
     }
 
@@ -177,12 +172,12 @@ impl HostWork {
             if !self.runs_step(i) {
                 continue;
             }
-            for (label, r) in units(step, self.repeat, &self.only) {
-                let shown = match r {
-                    1 => label.clone(),
-                    r => format!("{label} (repetition {r})"),
+            for key in self.units(i, step) {
+                let shown = match key.repetition {
+                    1 => key.point.label.clone(),
+                    r => format!("{} (repetition {r})", key.point.label),
                 };
-                let how = match (self.past.point(i, &label, r), self.point(i, &label, r)) {
+                let how = match (self.past.point(&key), self.point(&key)) {
                     (Some(past), PointWork::Run { attempt }) => match &past.ended {
                         None if attempt == past.attempt => format!(
                             "was cut short (rigrun stopped without a word); runs again as attempt \
@@ -218,13 +213,14 @@ impl HostWork {
     /// Why step `index` did not end ok, if it did not.
     fn failure(&self, index: usize, step: &Step) -> Option<String> {
         if step.as_kind().on_resume() == OnResume::Measure {
-            let failed: Vec<String> = units(step, self.repeat, &self.only)
+            let failed: Vec<String> = self
+                .units(index, step)
                 .into_iter()
-                .filter_map(|(label, r)| match self.point(index, &label, r) {
+                .filter_map(|key| match self.point(&key) {
                     PointWork::Keep {
                         kept: Kept::Failed { reason },
                         ..
-                    } => Some(format!("{label}: {reason}")),
+                    } => Some(format!("{}: {reason}", key.point.label)),
                     _ => None,
                 })
                 .collect();
@@ -240,30 +236,21 @@ impl HostWork {
         }
     }
 
+    /// Step `index`'s units of work in this run (see [`Step::units`]).
+    fn units(&self, index: usize, step: &Step) -> Vec<PointKey> {
+        step.units(index, self.repeat, &self.only)
+    }
+
     fn has_own_work(&self, index: usize, step: &Step) -> bool {
         match step.as_kind().on_resume() {
-            OnResume::Measure => units(step, self.repeat, &self.only)
+            OnResume::Measure => self
+                .units(index, step)
                 .iter()
-                .any(|(label, r)| matches!(self.point(index, label, *r), PointWork::Run { .. })),
+                .any(|key| matches!(self.point(key), PointWork::Run { .. })),
             OnResume::Setup | OnResume::Collect => !matches!(
                 self.past.step(index).and_then(|s| s.status),
                 Some(Status::Ok | Status::Skipped)
             ),
         }
-    }
-}
-
-/// A sweep's units of work, from its matrix (the points `--only` keeps) and `repeat:` (or the
-/// run's `--repeat`; known before anything is rendered): each point's label with each of its
-/// repetitions.
-pub fn units(step: &Step, run_repeat: Option<u32>, only: &Only) -> Vec<(String, u32)> {
-    match step {
-        Step::RunSweep(sweep) => sweep
-            .chosen_points(only)
-            .iter()
-            .map(point::label)
-            .flat_map(|label| (1..=sweep.repetitions(run_repeat)).map(move |r| (label.clone(), r)))
-            .collect(),
-        _ => Vec::new(),
     }
 }

@@ -211,8 +211,7 @@ impl HostCtx {
             metrics,
             status,
             reason,
-            attempt: at.attempt,
-            repetition: at.repetition,
+            at,
             variant: self.variant_values(),
             command: None,
         }
@@ -220,7 +219,8 @@ impl HostCtx {
 }
 
 /// Runs one planned step on the host, within its timeout when it has one (a sweep's timeout
-/// applies per point instead).
+/// applies per point instead). This and [`not_started`] are where the executor's side tells a
+/// sweep from the other kinds.
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> StepOutcome {
     let timeout = match step.action {
         Action::RunSweep(_) => None,
@@ -253,6 +253,19 @@ async fn dispatch(ctx: &mut HostCtx, step: &PlannedStep, vars: &HostVars) -> Res
             format!("the step could not be planned: it {reason}, but no earlier step provided it"),
             json!(null),
         )),
+    }
+}
+
+/// A step of a server variant whose server did not start, so that the tables and `--resume`
+/// say why it has nothing: a sweep fails every point it would have run with `reason` (and so
+/// fails); any other step is skipped.
+pub fn not_started(ctx: &HostCtx, step: &PlannedStep, reason: &str) -> Status {
+    match &step.action {
+        Action::RunSweep(plan) => {
+            run_sweep::fail(ctx, step, plan, reason);
+            Status::Failed
+        }
+        _ => Status::Skipped,
     }
 }
 

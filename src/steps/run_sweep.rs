@@ -23,8 +23,9 @@ use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{Point, RunSweepPlan};
 use crate::config::HostVars;
-use crate::events::{Event, PointRun, RecordStatus, Status};
+use crate::events::{Event, PointAttempt, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
+use crate::point::PointKey;
 use crate::resume::{Kept, PointWork};
 use crate::store::slug;
 use crate::telemetry::{Sources, Watch};
@@ -43,7 +44,7 @@ pub async fn run(
         let (n, repetition) = (run.point, run.repetition);
         let point = &plan.points[n];
         let label = point.label();
-        let outcome = match ctx.work.point(step.index, &label, repetition) {
+        let outcome = match ctx.work.point(&PointKey::new(step.index, &label, repetition)) {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
             PointWork::Keep { kept, .. } => Outcome::of(kept),
             PointWork::Run { attempt } => match &point.skip {
@@ -72,6 +73,42 @@ pub async fn run(
     let mut outcome = tally.outcome(plan);
     outcome.details["telemetry"] = watch.details();
     Ok(outcome)
+}
+
+/// The sweep of a server variant whose server did not start: every point run the host's work
+/// still runs is recorded failed with `reason` and finished so.
+pub fn fail(ctx: &HostCtx, step: &PlannedStep, plan: &RunSweepPlan, reason: &str) {
+    for run in plan.runs() {
+        let point = &plan.points[run.point];
+        let key = PointKey::new(step.index, &point.label(), run.repetition);
+        let PointWork::Run { attempt } = ctx.work.point(&key) else {
+            continue;
+        };
+        let at = attempt_at(
+            step,
+            point,
+            PointRun {
+                repetition: run.repetition,
+                attempt,
+            },
+        );
+        let reason = Some(reason.to_string());
+        let metrics = serde_json::Map::new();
+        ctx.record(
+            step,
+            &point.values,
+            at.run,
+            metrics,
+            RecordStatus::Failed,
+            reason.clone(),
+        );
+        let end = PointEnd {
+            status: RecordStatus::Failed,
+            exit_code: None,
+            reason,
+        };
+        finish_point(ctx, step, &at, end, 0.0);
+    }
 }
 
 /// Starts watching the host for the sweep: its GPUs (nvidia-smi in a loop, one job, its raw
@@ -153,7 +190,7 @@ impl Tally {
 /// A point `skip_if` skips: recorded with the reason (once per repetition, so that a resume
 /// sees each repetition done).
 fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason: &str) -> Outcome {
-    let at = (point.label(), run);
+    let (at, started) = (attempt_at(step, point, run), Instant::now());
     ctx.record(
         step,
         &point.values,
@@ -167,7 +204,7 @@ fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason:
         exit_code: None,
         reason: Some(reason.to_string()),
     };
-    finish_point(ctx, step, &at, end, Instant::now());
+    finish_point(ctx, step, &at, end, started.elapsed().as_secs_f64());
     Outcome::Skipped
 }
 
@@ -216,6 +253,15 @@ impl Attempts<'_> {
     }
 }
 
+/// Which attempt at which point of `step` its events are about.
+fn attempt_at(step: &PlannedStep, point: &Point, run: PointRun) -> PointAttempt {
+    PointAttempt {
+        point: point.label(),
+        step_index: Some(step.index),
+        run,
+    }
+}
+
 /// Runs one point until an attempt ends it: ok; failed once its `retries` are spent (waiting
 /// [`backoff`] between attempts; the host's disk full fails it too); lost (its command stopped or
 /// gone on the host) it runs again once as a new attempt, and lost a second time, or with a
@@ -233,16 +279,13 @@ async fn run_point(
     let (mut attempt, mut retried, mut rerun_lost) = (at.first, 0, false);
     loop {
         let started = Instant::now();
+        let this = attempt_at(step, point, at.run(attempt));
         ctx.emit(Event::PointStarted {
             host: ctx.host.clone(),
             step: step.name.clone(),
-            point: label.clone(),
-            step_index: Some(step.index),
-            attempt,
-            repetition: at.repetition,
+            at: this.clone(),
             variant: ctx.variant_name().map(String::from),
         });
-        let this = (label.clone(), at.run(attempt));
         let job = format!("{}{}", ctx.job_prefix(), at.job(step.index, attempt));
         let log_base = at.log_base(&label, attempt);
         let cut_short = CutShort {
@@ -280,7 +323,7 @@ async fn run_point(
                         exit_code: end.exit_code,
                         reason: None,
                     };
-                    finish_point(ctx, step, &this, end, started);
+                    finish_point(ctx, step, &this, end, started.elapsed().as_secs_f64());
                     return Ok(Outcome::Ok);
                 }
                 Some(why) => (why, Some(end)),
@@ -316,7 +359,7 @@ struct CutShort<'a> {
     ctx: &'a HostCtx,
     step: &'a PlannedStep,
     point: &'a Point,
-    at: &'a (String, PointRun),
+    at: &'a PointAttempt,
     started: Instant,
 }
 
@@ -408,7 +451,7 @@ async fn run_attempt(
         while let Some(made) = arrived.recv().await {
             match made {
                 Made::Record(mut metrics) => {
-                    watch.annotate(&mut mark, &mut metrics, claims).await;
+                    watch.annotate(&mut mark, &mut metrics, claims.clone()).await;
                     ctx.record_measured(step, point, run, metrics);
                 }
                 Made::Unreadable { number, text, why } => {
@@ -427,7 +470,7 @@ async fn run_attempt(
 /// and, when the command ran, its exit code and stderr tail.
 fn finish_attempt(
     ctx: &HostCtx,
-    (step, point, at): (&PlannedStep, &Point, &(String, PointRun)),
+    (step, point, at): (&PlannedStep, &Point, &PointAttempt),
     status: RecordStatus,
     why: &str,
     end: Option<&CommandEnd>,
@@ -441,13 +484,13 @@ fn finish_attempt(
         metrics.insert("stderr_tail".into(), end.stderr_tail.join("\n").into());
     }
     let reason = Some(why.to_string());
-    ctx.record(step, &point.values, at.1, metrics, status, reason.clone());
+    ctx.record(step, &point.values, at.run, metrics, status, reason.clone());
     let end = PointEnd {
         status,
         exit_code: end.and_then(|e| e.exit_code),
         reason,
     };
-    finish_point(ctx, step, at, end, started);
+    finish_point(ctx, step, at, end, started.elapsed().as_secs_f64());
 }
 
 /// How an attempt at a point ended, as its `point_finished` event says.
@@ -457,19 +500,16 @@ struct PointEnd {
     reason: Option<String>,
 }
 
-/// `at` is the point's label and its run.
-fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &(String, PointRun), end: PointEnd, started: Instant) {
+/// The `point_finished` of an attempt that took `seconds`.
+fn finish_point(ctx: &HostCtx, step: &PlannedStep, at: &PointAttempt, end: PointEnd, seconds: f64) {
     ctx.emit(Event::PointFinished {
         host: ctx.host.clone(),
         step: step.name.clone(),
-        point: at.0.clone(),
-        step_index: Some(step.index),
-        attempt: at.1.attempt,
-        repetition: at.1.repetition,
+        at: at.clone(),
         status: end.status,
         exit_code: end.exit_code,
         reason: end.reason,
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         variant: ctx.variant_name().map(String::from),
     });
 }

@@ -10,6 +10,7 @@ use crate::config::reference::Reference;
 use crate::config::slo::Slo;
 use crate::events::{Event, Status};
 use crate::facts::ServerReply;
+use crate::point::PlannedSweep;
 
 /// The format of run.json this rigrun writes. 0 stands for runs written before the field
 /// existed (rigrun 0.1.0), whose layout is the same as 1's.
@@ -34,6 +35,10 @@ pub struct Manifest {
     /// The playbook's latency limits, so that `show` judges the run by them later.
     #[serde(default, skip_serializing_if = "Slo::is_empty")]
     pub slo: Slo,
+    /// The sweeps as the run planned them (their points, and what `skip_if` skips per
+    /// column), so that the tables give every planned point a row; None for runs made before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Vec<PlannedSweep>>,
     /// How many lines of events.jsonl this manifest has folded in: a reader replays the rest
     /// (the manifest is rewritten at a bounded rate, the journal on every event).
     #[serde(default)]
@@ -391,7 +396,12 @@ impl VariantEntry {
 }
 
 /// The first manifest of a run: what was asked, before anything happened.
-pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateTime<Utc>) -> Manifest {
+pub fn manifest_for(
+    config: &crate::config::Config,
+    run_id: &str,
+    planned: Vec<PlannedSweep>,
+    started: DateTime<Utc>,
+) -> Manifest {
     let hosts = config
         .hosts
         .iter()
@@ -429,6 +439,7 @@ pub fn manifest_for(config: &crate::config::Config, run_id: &str, started: DateT
         hosts,
         references: config.references.clone(),
         slo: config.slo.clone(),
+        planned: Some(planned),
         journaled: 0,
         process: Some(Process::this()),
         resumed: Vec::new(),

@@ -4,6 +4,8 @@
 
 use serde_json::{Map, Value as Json};
 
+use crate::point::{self, Values};
+
 /// Prefix-cache hits serving at least this share of prompt tokens: prefill was not measured.
 pub const PREFIX_HIT_LIMIT: f64 = 0.5;
 /// Speculative decoding accepting less than this share of drafted tokens: the prompts defeat
@@ -16,29 +18,31 @@ pub const SPEC_LENGTH_FLOOR: f64 = 1.05;
 /// point seen only before and after would look idle.
 pub const MIN_SCRAPES_FOR_PEAK: f64 = 4.0;
 
-/// What a point says of itself: the requests it sends at once, and whether it measures prefill
-/// (its sweep varies `input_len`, as long-context sweeps do).
-#[derive(Debug, Clone, Copy, Default)]
+/// What a point says of itself, by its matrix values: the requests it sends at once (see
+/// [`point::concurrency`]), and whether it measures prefill.
+#[derive(Debug, Clone, Default)]
 pub struct Claims {
-    pub concurrency: Option<f64>,
-    pub measures_prefill: bool,
+    point: Values,
 }
 
 impl Claims {
     /// From the point's matrix values (`concurrency`, `input_len`).
-    pub fn of(point: &crate::point::Values) -> Claims {
-        Claims {
-            concurrency: point.get("concurrency").and_then(Json::as_f64),
-            measures_prefill: point.contains_key("input_len"),
-        }
+    pub fn of(point: &Values) -> Claims {
+        Claims { point: point.clone() }
+    }
+
+    /// Whether the point measures prefill: its sweep varies `input_len`, as long-context
+    /// sweeps do.
+    fn measures_prefill(&self) -> bool {
+        self.point.contains_key("input_len")
     }
 }
 
 /// The problems the telemetry in `m` (a record's metrics, telemetry merged) shows for a point
-/// that claims `claims`; the record's own `max_concurrency` wins over the matrix's.
+/// that claims `claims`.
 pub fn problems(m: &Map<String, Json>, claims: Claims) -> Vec<String> {
     let get = |name: &str| m.get(name).and_then(Json::as_f64);
-    let concurrency = get("max_concurrency").or(claims.concurrency);
+    let concurrency = point::concurrency(&claims.point, m);
     let mut out = Vec::new();
     if let Some(n) = get("server_preemptions").filter(|n| *n > 0.0) {
         out.push(format!(
@@ -74,7 +78,7 @@ pub fn problems(m: &Map<String, Json>, claims: Claims) -> Vec<String> {
         .get("workload_note")
         .and_then(Json::as_str)
         .is_some_and(|n| n.starts_with("decode-throughput test"));
-    let decode_only = decode_only || !claims.measures_prefill;
+    let decode_only = decode_only || !claims.measures_prefill();
     if let Some(rate) = get("server_prefix_cache_hit_rate").filter(|r| *r >= PREFIX_HIT_LIMIT) {
         if !decode_only {
             out.push(format!(
@@ -107,6 +111,12 @@ mod tests {
 
     use super::*;
 
+    /// A point of a sweep over input lengths at `concurrency`.
+    fn long_context(concurrency: u64) -> Claims {
+        let point = json!({"concurrency": concurrency, "input_len": 1000});
+        Claims::of(&point.as_object().unwrap().clone().into_iter().collect())
+    }
+
     fn metrics(v: Json) -> Map<String, Json> {
         v.as_object().unwrap().clone()
     }
@@ -119,11 +129,8 @@ mod tests {
             "gpu_throttle_reasons": "gpu0:sw_power_cap", "server_prefix_cache_hit_rate": 0.9,
             "server_spec_acceptance_rate": 0.01,
         }));
-        let claims = Claims {
-            concurrency: Some(16.0),
-            measures_prefill: true,
-        };
-        let p = problems(&m, claims);
+        let claims = long_context(16);
+        let p = problems(&m, claims.clone());
         assert_eq!(p.len(), 5, "{p:#?}");
         assert!(p[0].starts_with("server_preemptions = 3"), "{p:#?}");
         assert!(
@@ -142,17 +149,14 @@ mod tests {
             "server_prefix_cache_hit_rate": 0.99, "server_spec_acceptance_rate": 0.6,
             "workload_note": "decode-throughput test: every request sends the same prompt",
         }));
-        let claims = Claims {
-            concurrency: Some(16.0),
-            measures_prefill: true,
-        };
-        assert!(problems(&m, claims).is_empty());
+        let claims = long_context(16);
+        assert!(problems(&m, claims.clone()).is_empty());
         // Scrapes that fell between short requests: none running, none waiting.
         let between =
             metrics(json!({"server_running_peak": 0.0, "server_waiting_peak": 0.0, "server_scrapes": 5.0}));
-        assert!(problems(&between, claims).is_empty());
+        assert!(problems(&between, claims.clone()).is_empty());
         let sglang = metrics(json!({"server_spec_accepted_length": 1.01}));
-        assert!(problems(&sglang, claims)[0].starts_with("server_spec_accepted_length = 1.01"));
+        assert!(problems(&sglang, claims.clone())[0].starts_with("server_spec_accepted_length = 1.01"));
         let off = metrics(json!({"server_spec_accepted_length": 0.0}));
         assert!(
             problems(&off, claims).is_empty(),

@@ -15,15 +15,15 @@ pub mod verify_server;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use serde_json::Value as Json;
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Spanned;
 
 use super::duration::Dur;
+use super::only::Only;
 use super::reference::References;
 use super::render::{RenderError, Renderer};
 use super::template::{Quoting, Text};
+use crate::point::{Matrix, PointKey, StepPoint, Values};
 pub use run_sweep::Point;
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
@@ -70,53 +70,6 @@ pub enum OnResume {
     Collect,
 }
 
-/// A sweep's matrix as written: axis → values.
-pub type Matrix = IndexMap<String, Spanned<Axis>>;
-
-/// One axis of a matrix as written: its values, each with its place in the file (so that an
-/// error can point at the one value that is wrong). Reads as the list of values.
-#[derive(Debug, Clone, Default)]
-pub struct Axis {
-    values: Vec<Json>,
-    places: Vec<Location>,
-}
-
-impl Axis {
-    /// Values without places (built in code, not read from a file).
-    pub fn new(values: Vec<Json>) -> Axis {
-        let places = vec![Location::UNKNOWN; values.len()];
-        Axis { values, places }
-    }
-
-    /// Where value `i` was written.
-    pub fn place(&self, i: usize) -> Location {
-        self.places.get(i).copied().unwrap_or(Location::UNKNOWN)
-    }
-}
-
-impl std::ops::Deref for Axis {
-    type Target = Vec<Json>;
-
-    fn deref(&self) -> &Vec<Json> {
-        &self.values
-    }
-}
-
-impl AsRef<[Json]> for Axis {
-    fn as_ref(&self) -> &[Json] {
-        &self.values
-    }
-}
-
-impl<'de> Deserialize<'de> for Axis {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Axis, D::Error> {
-        let items = Vec::<Spanned<Json>>::deserialize(d)?;
-        let places = items.iter().map(|v| v.referenced).collect();
-        let values = items.into_iter().map(|v| v.value).collect();
-        Ok(Axis { values, places })
-    }
-}
-
 /// What a kind's YAML struct tells the layers above. Every struct also has the fields
 /// `name: Option<String>` and `timeout: Option<Dur>`, which `step_kinds!` reads directly.
 pub trait StepKind {
@@ -146,6 +99,17 @@ pub trait StepKind {
     /// What a resumed run does with the step once it has run.
     fn on_resume(&self) -> OnResume {
         OnResume::Setup
+    }
+
+    /// The points the step runs, those `--only` keeps, in the matrix's order (known before
+    /// anything is rendered); None for a kind that has no points.
+    fn points(&self, _only: &Only) -> Option<Vec<Values>> {
+        None
+    }
+
+    /// How many times the step measures each of its points, given the run's `--repeat`.
+    fn repetitions(&self, _run_repeat: Option<u32>) -> u32 {
+        1
     }
 }
 
@@ -246,6 +210,20 @@ step_kinds! {
     "fetch-results" => FetchResults(fetch_results),
     "shell" => Shell(shell),
     "start-server" => StartServer(start_server),
+}
+
+impl Step {
+    /// The step's units of work, when it is step `index` of the playbook: each of its points
+    /// with each of its repetitions, point by point (none for a kind without points). What a
+    /// resume runs and counts, and what the report plans a row for.
+    pub fn units(&self, index: usize, run_repeat: Option<u32>, only: &Only) -> Vec<PointKey> {
+        let kind = self.as_kind();
+        let repetitions = kind.repetitions(run_repeat);
+        let points = kind.points(only).unwrap_or_default();
+        let point = |values: &Values| StepPoint::of(index, values);
+        let units = |p: StepPoint| (1..=repetitions).map(move |r| p.clone().repetition(r));
+        points.iter().map(point).flat_map(units).collect()
+    }
 }
 
 fn yes() -> bool {

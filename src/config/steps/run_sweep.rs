@@ -6,12 +6,13 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::{Describe, Matrix, OnResume, Plans, StepKind};
+use super::{Describe, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
+use crate::config::only::Only;
 use crate::config::reference::References;
 use crate::config::render::{RenderError, Renderer};
 use crate::config::template::{Quoting, Text};
-use crate::point::{self, cartesian};
+use crate::point::{self, cartesian, Matrix};
 use crate::words::{count, thousands};
 
 /// The most points one sweep may have. Each point is a benchmark run of seconds to minutes, so
@@ -151,6 +152,22 @@ impl StepKind for RunSweep {
     fn on_resume(&self) -> OnResume {
         OnResume::Measure
     }
+
+    /// The matrix's points that `--only` keeps, in the sweep's order.
+    fn points(&self, only: &Only) -> Option<Vec<point::Values>> {
+        let mut points = cartesian(&self.matrix);
+        points.retain(|values| only.keeps(values));
+        Some(points)
+    }
+
+    /// How many times each point is measured, as planning allows it (the run's `--repeat`, or 1
+    /// when `repeat:` is absent; out-of-range values never get past planning).
+    fn repetitions(&self, run_repeat: Option<u32>) -> u32 {
+        self.repeat
+            .as_ref()
+            .map_or(run_repeat.unwrap_or(1), |n| n.value)
+            .clamp(1, MAX_REPEAT)
+    }
 }
 
 impl Plans for RunSweep {
@@ -170,7 +187,7 @@ impl Plans for RunSweep {
         if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
             return Err(r.error(first, message));
         }
-        let chosen = self.chosen_points(&r.config.only);
+        let chosen = self.points(&r.config.only).unwrap_or_default();
         let left_out = cartesian(&self.matrix).len() - chosen.len();
         let points = chosen
             .into_iter()
@@ -281,22 +298,6 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
 }
 
 impl RunSweep {
-    /// The matrix's points that `--only` keeps, in the sweep's order.
-    pub fn chosen_points(&self, only: &crate::config::only::Only) -> Vec<point::Values> {
-        let mut points = cartesian(&self.matrix);
-        points.retain(|values| only.keeps(values));
-        points
-    }
-
-    /// How many times each point is measured, as planning allows it (`run_default`, the run's
-    /// `--repeat`, or 1 when `repeat:` is absent; out-of-range values never get past planning).
-    pub fn repetitions(&self, run_default: Option<u32>) -> u32 {
-        self.repeat
-            .as_ref()
-            .map_or(run_default.unwrap_or(1), |n| n.value)
-            .clamp(1, MAX_REPEAT)
-    }
-
     /// One point rendered with the host's variables and the point's values.
     fn point(&self, r: &Renderer, values: IndexMap<String, Json>) -> Result<Point, RenderError> {
         let mut vars = r.vars.clone();
