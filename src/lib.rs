@@ -12,7 +12,7 @@ pub mod events;
 pub mod executor;
 pub mod exit;
 pub mod facts;
-pub mod http;
+pub mod http_client;
 pub mod plan;
 pub mod point;
 pub mod progress;

@@ -12,7 +12,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::config::render::{RenderError, Renderer};
-use crate::config::server::ServerPlan;
+use crate::config::server_block::ServerPlan;
 use crate::config::steps::Action;
 use crate::config::template;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, HostVars, Step};
@@ -113,7 +113,7 @@ pub fn plan_variants(config: &Config, vars: &HostVars) -> Result<Vec<ServerPlan>
         runtime: &runtime,
     };
     server.check(&r).map_err(error)?;
-    let plan = |variant: &crate::config::server::Variant| {
+    let plan = |variant: &crate::config::server_block::Variant| {
         let vars = variant.vars(vars);
         let r = Renderer { vars: &vars, ..r };
         server.plan(&r, variant).map_err(error)

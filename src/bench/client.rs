@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::sse::{self, SseReader, Usage};
 use super::workload::Api;
-use crate::http::{excerpt, explain};
+use crate::http_client::{excerpt, explain};
 
 /// How long a connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -19,7 +19,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The server as the client sees it.
 pub struct Client {
-    http: crate::http::Client,
+    http: crate::http_client::Client,
     /// Base URL without a trailing `/` or `/v1`.
     base: String,
     path: &'static str,
@@ -84,7 +84,7 @@ impl Client {
     /// A client for `url` (with or without a trailing `/v1`). `read_timeout` bounds each wait
     /// for bytes, not the whole request, so long generations are never cut off.
     pub fn new(url: &str, api: Api, stream: bool, read_timeout: Duration) -> anyhow::Result<Client> {
-        let http = crate::http::Client::new(|builder| {
+        let http = crate::http_client::Client::new(|builder| {
             builder
                 .http1_only()
                 .tcp_nodelay(true)

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::http::excerpt;
+use crate::http_client::excerpt;
 
 /// The byte order mark a stream may begin with; the spec skips it.
 const BOM: &[u8] = b"\xEF\xBB\xBF";

@@ -8,7 +8,7 @@ pub mod only;
 pub mod playbook;
 pub mod reference;
 pub mod render;
-pub mod server;
+pub mod server_block;
 pub mod slo;
 pub mod steps;
 pub mod template;
@@ -274,11 +274,11 @@ impl Config {
     /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
     /// vars, `-e`, then the built-ins and the host's labels.
     /// The server's variants, in the order they run on each host; empty without a `server:`.
-    pub fn variants(&self) -> Vec<server::Variant> {
+    pub fn variants(&self) -> Vec<server_block::Variant> {
         self.playbook
             .server
             .as_ref()
-            .map(server::ServerSpec::variants)
+            .map(server_block::ServerSpec::variants)
             .unwrap_or_default()
     }
 

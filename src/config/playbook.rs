@@ -1,5 +1,5 @@
 //! The playbook: which hosts, which variables, the steps to run on each host in order (each
-//! step kind is a module of `config/steps/`), the server and its variants (`server.rs`) and the latency limits the report judges them by.
+//! step kind is a module of `config/steps/`), the server and its variants (`server_block.rs`) and the latency limits the report judges them by.
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -15,8 +15,8 @@ pub struct Playbook {
     pub hosts: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     pub vars: Vars,
-    /// The server rigrun starts itself, and its variants (see `server.rs`).
-    pub server: Option<super::server::ServerSpec>,
+    /// The server rigrun starts itself, and its variants (see `server_block.rs`).
+    pub server: Option<super::server_block::ServerSpec>,
     pub steps: Vec<Step>,
     /// Latency limits the report judges each host's sweep by (see `slo.rs`).
     #[serde(default)]

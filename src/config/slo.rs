@@ -1,7 +1,7 @@
 //! Latency limits a host must meet ("service-level objectives"): the playbook's `slo:` map, or
 //! `--slo METRIC=LIMIT,...` on `show`, `compare` and `report`. Each limit is an upper bound on a
 //! record metric (`p99_ttft_ms: 2000`); the report finds, per host and sweep, the highest
-//! concurrency whose measurement meets every limit (`report/slo.rs`).
+//! concurrency whose measurement meets every limit (`report/capacity.rs`).
 //!
 //! ```yaml
 //! slo: {p99_ttft_ms: 2000, median_tpot_ms: 50}

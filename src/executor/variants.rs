@@ -9,11 +9,11 @@ use std::sync::Arc;
 use serde_json::{json, Value as Json};
 
 use super::host::{HostJob, Stop};
-use crate::config::server::ServerPlan;
+use crate::config::server_block::ServerPlan;
 use crate::config::HostVars;
 use crate::events::{Event, PointRun, Record, RecordStatus, Status};
 use crate::plan;
-use crate::steps::server::{self, StartFailure};
+use crate::steps::variant_server::{self, StartFailure};
 use crate::steps::{self, HostCtx};
 
 /// The name of the startup figures' table: one row per variant's server start.
@@ -68,10 +68,10 @@ async fn run_variant(
         index: plan.variant.index,
         command: plan.command.clone(),
     });
-    server::stop_leftovers(ctx, plan.stop_grace)
+    variant_server::stop_leftovers(ctx, plan.stop_grace)
         .await
         .map_err(|e| at("stopping the servers before it", format!("{e:#}")))?;
-    let taken = server::already_answered(ctx, plan)
+    let taken = variant_server::already_answered(ctx, plan)
         .await
         .map_err(|e| at("checking its URL", format!("{e:#}")))?;
     if let Some(reason) = taken {
@@ -83,7 +83,7 @@ async fn run_variant(
             StartFailure { reason, details },
         )));
     }
-    let (running, ready) = server::start(ctx, plan)
+    let (running, ready) = variant_server::start(ctx, plan)
         .await
         .map_err(|e| at("starting the server", format!("{e:#}")))?;
     let failure = match ready {
@@ -92,7 +92,7 @@ async fn run_variant(
             .map(|s| at(&s.step, s.error)),
         Err(failed) => Some(failed_to_start(job, ctx, (plan, vars), failed)),
     };
-    let stopped = server::stop(ctx, running).await;
+    let stopped = variant_server::stop(ctx, running).await;
     job.emit(Event::VariantStopped {
         host: ctx.host.clone(),
         variant: name.clone(),

@@ -5,10 +5,10 @@
 use anyhow::Result;
 
 use super::baseline::Baseline;
+use super::capacity::SloCapacity;
 use super::grid::RunTables;
 use super::metric_names::pick_metrics;
 use super::model::Grid;
-use super::slo::SloCapacity;
 use super::stats::{self, Welch};
 use super::steps::{is_main_step, StepRecords};
 use super::{workload, Cell, Run, Verdict};

@@ -2,10 +2,10 @@
 //! compared, the SLO capacities, then one line per cell (long format), numbers unformatted, and the scaling story,
 //! one line per step, knee and limit.
 
+use super::capacity::SloCapacity;
 use super::facts_diff::FactsDiff;
 use super::model::Report;
 use super::scaling::Series;
-use super::slo::SloCapacity;
 use super::Cell;
 
 const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];

@@ -1,12 +1,12 @@
 //! One run's tables: per step, rows = points, columns = the run's hosts, each cell checked
 //! against its reference, with the scaling story and the SLO capacity of the main sweeps.
 
+use super::capacity::SloCapacity;
 use super::cell::{cell, Cell};
 use super::metric_names::{pick_metrics, step_holds};
 use super::model::Grid;
 use super::planned::Planned;
 use super::references::Lookup;
-use super::slo::SloCapacity;
 use super::steps::{group, is_main_step, RowRecords, StepRecords};
 use super::{scaling, Run};
 

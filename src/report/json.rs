@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
+use super::capacity::SloCapacity;
 use super::cell::Spread;
 use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
 use super::scaling::Series;
-use super::slo::SloCapacity;
 use super::stats::Welch;
 use super::{Cell, RefCheck, Verdict};
 

@@ -6,6 +6,7 @@
 mod attempts;
 mod baseline;
 mod build;
+mod capacity;
 mod cell;
 mod charts;
 mod compare;
@@ -22,7 +23,6 @@ mod placement;
 mod planned;
 pub mod references;
 pub mod scaling;
-mod slo;
 pub(crate) mod stats;
 mod steps;
 mod svg;

@@ -4,11 +4,11 @@
 
 use chrono::{DateTime, Utc};
 
+use super::capacity::SloCapacity;
 use super::cell::Cell;
 use super::facts_diff::FactsDiff;
 use super::header::Header;
 use super::scaling::Series;
-use super::slo::SloCapacity;
 use super::svg::Chart;
 use super::Run;
 use crate::events::Status;

@@ -132,7 +132,7 @@ pub fn keys(config: &Config, host: &str) -> Vec<String> {
     if variants.iter().all(|v| v.name().is_none()) {
         return vec![host.to_string()];
     }
-    let column = |v: &crate::config::server::Variant| crate::point::column(host, v.name());
+    let column = |v: &crate::config::server_block::Variant| crate::point::column(host, v.name());
     variants.iter().map(column).collect()
 }
 

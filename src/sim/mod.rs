@@ -5,9 +5,9 @@
 mod api;
 mod connections;
 mod engine;
-mod http;
+mod http_server;
 mod jitter;
-mod metrics;
+mod metrics_endpoint;
 mod perf;
 mod power;
 mod predict;
@@ -67,8 +67,8 @@ pub struct SimArgs {
     pub idle_timeout: Option<Duration>,
     /// Whose Prometheus names `/metrics` uses for the sim's state (running, waiting, KV cache,
     /// preemptions, prefix-cache hits).
-    #[arg(long, value_enum, default_value_t = metrics::Names::Vllm)]
-    pub metrics_names: metrics::Names,
+    #[arg(long, value_enum, default_value_t = metrics_endpoint::Names::Vllm)]
+    pub metrics_names: metrics_endpoint::Names,
     /// Model speculative decoding (MTP, NEXTN, EAGLE): every decoding sequence drafts N tokens
     /// per step and verifies them in the step (see src/sim/README.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
@@ -176,7 +176,7 @@ struct Serving {
     /// When connections close early.
     closing: Closing,
     /// Whose names `/metrics` uses.
-    names: metrics::Names,
+    names: metrics_endpoint::Names,
     /// `--jitter`: each request's delay before the engine.
     jitter: Option<Jitter>,
 }
@@ -191,8 +191,8 @@ async fn serve(profile: &Profile, (host, port): (&str, u16), serving: Serving) -
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let address = listener.local_addr()?;
     let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
-    let state = http::AppState::new(profile, engine, serving.names, serving.jitter);
-    let app = http::router(Arc::new(state));
+    let state = http_server::AppState::new(profile, engine, serving.names, serving.jitter);
+    let app = http_server::router(Arc::new(state));
     eprintln!(
         "rigrun sim: serving {} on http://{address} (profile {})",
         profile.model, profile.name

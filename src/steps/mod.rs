@@ -4,12 +4,12 @@
 mod command;
 mod copy_script;
 mod fetch_results;
-mod http;
 pub mod record_line;
 mod run_sweep;
-pub mod server;
+mod server_probe;
 mod shell;
 mod start_server;
+pub mod variant_server;
 mod verify_server;
 
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ pub use command::{run_logged, StdoutLine};
 pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
-use crate::config::server::Variant;
+use crate::config::server_block::Variant;
 use crate::config::steps::run_sweep::Point as SweepPoint;
 use crate::config::steps::Action;
 use crate::config::HostVars;

@@ -446,7 +446,7 @@ async fn run_attempt(
         )
         .await
     };
-    let claims = crate::telemetry::validity::Claims::of(&point.values);
+    let claims = crate::telemetry::problems::Claims::of(&point.values);
     let records = async {
         while let Some(made) = arrived.recv().await {
             match made {
@@ -551,7 +551,7 @@ fn unreadable(
     let what = format!(
         "{} {label}: stdout line {number} is not a record: {why}: {}",
         step.name,
-        crate::http::excerpt(line.as_bytes())
+        crate::http_client::excerpt(line.as_bytes())
     );
     ctx.emit(Event::Warning {
         host: ctx.host.clone(),

@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use super::http::{already_answering, wait_until_up};
+use super::server_probe::{already_answering, wait_until_up};
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::start_server::StartServerPlan;
 use crate::config::template::shell_quote;

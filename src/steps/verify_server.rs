@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use super::http::{server_facts, smoke, wait_until_up};
+use super::server_probe::{server_facts, smoke, wait_until_up};
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::verify_server::VerifyServerPlan;
 

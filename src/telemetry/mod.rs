@@ -1,15 +1,15 @@
 //! Telemetry per sweep point: the host's GPUs (nvidia-smi's query mode in a loop on the host,
 //! `gpu.rs`, or a DCGM exporter the inventory names, `dcgm.rs`) and the inference server's own counters (its Prometheus `/metrics` through the SSH
-//! forward: `prometheus.rs` reads the text, `server.rs` knows vLLM's, SGLang's and llama.cpp's
+//! forward: `prometheus.rs` reads the text, `server_metrics.rs` knows vLLM's, SGLang's and llama.cpp's
 //! names), watched while a sweep runs (`watch.rs`), folded into each record's metrics
-//! (`summary.rs`, energy per output token) and judged (`validity.rs`).
+//! (`summary.rs`, energy per output token) and judged (`problems.rs`).
 
 pub mod dcgm;
 pub mod gpu;
+pub mod problems;
 pub mod prometheus;
-pub mod server;
+pub mod server_metrics;
 pub mod summary;
-pub mod validity;
 mod watch;
 
 pub use watch::{GpuSource, Mark, Sources, Watch};

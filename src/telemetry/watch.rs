@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{json, Map, Value as Json};
 use tokio::task::JoinHandle;
 
-use super::server::{self, Scrape};
+use super::server_metrics::{self, Scrape};
 use super::summary::{self, Window, WindowKind};
-use super::{dcgm, gpu, prometheus, validity};
+use super::{dcgm, gpu, problems, prometheus};
 use crate::clock::unix_now;
 use crate::events::{mark_invalid, Event, EventSender};
 use crate::transport::{line_text, HttpEndpoint, Job, JobEnd, Output, Stream, Transport};
@@ -233,7 +233,7 @@ impl Watch {
     /// Adds the telemetry of a record's window to its metrics (the benchmark's steady-state
     /// window when it reports one, else since the point started or its previous record), and
     /// the problems it shows; metrics the command reported itself are left as they are.
-    pub async fn annotate(&self, mark: &mut Mark, metrics: &mut Map<String, Json>, claims: validity::Claims) {
+    pub async fn annotate(&self, mark: &mut Mark, metrics: &mut Map<String, Json>, claims: problems::Claims) {
         let now = unix_now();
         let mut found = Map::new();
         if let Ok(gpu) = &self.gpu {
@@ -255,14 +255,14 @@ impl Watch {
                 scrapes.extend(during.iter().filter(|s| s.t > mark.since && s.t < now).cloned());
             }
             scrapes.extend(last.clone());
-            found.extend(server::summarize(&scrapes));
+            found.extend(server_metrics::summarize(&scrapes));
             mark.baseline = last.or(mark.baseline.take());
         }
         mark.since = now;
         for (name, value) in found {
             metrics.entry(name).or_insert(value);
         }
-        let problems = validity::problems(metrics, claims);
+        let problems = problems::problems(metrics, claims);
         if !problems.is_empty() {
             mark_invalid(metrics, problems);
         }
@@ -465,7 +465,7 @@ fn gpu_line(log: &Mutex<GpuLog>, teller: &Teller, stream: Stream, line: &str) {
                 teller.warn(format!(
                     "nvidia-smi printed a line that is not a sample ({why}): {}; such lines are \
                      left out and counted in the step's details (the samples log keeps them)",
-                    crate::http::excerpt(line.as_bytes())
+                    crate::http_client::excerpt(line.as_bytes())
                 ));
             }
         }
@@ -486,7 +486,7 @@ async fn start_server(
             .map_err(|e| format!("none: {url} cannot be reached: {e:#}"))?,
     );
     let samples = fetch(&endpoint).await.map_err(|why| format!("none: {why}"))?;
-    let Some(name) = server::server_of(&samples.0) else {
+    let Some(name) = server_metrics::server_of(&samples.0) else {
         return Err(format!(
             "none: {}/metrics has no vLLM, SGLang or llama.cpp metrics",
             base(&endpoint)
@@ -527,7 +527,7 @@ async fn scrape_loop(
         tick.tick().await;
         match fetch(&endpoint).await {
             Ok((samples, _)) => {
-                let scrape = server::read(unix_now(), &samples);
+                let scrape = server_metrics::read(unix_now(), &samples);
                 log.keep(&scrape);
                 if let Ok(mut s) = scrapes.lock() {
                     s.push(scrape);
@@ -550,7 +550,7 @@ impl Server {
         self.health.record(fetched.is_ok());
         let (samples, unreadable) = fetched.ok()?;
         report_unreadable(teller, &self.endpoint, &unreadable);
-        let scrape = server::read(unix_now(), &samples);
+        let scrape = server_metrics::read(unix_now(), &samples);
         self.log.keep(&scrape);
         Some(scrape)
     }
@@ -626,7 +626,7 @@ async fn fetch_url(
     let sent = endpoint.client.send(|c| c.get(url).timeout(SCRAPE_TIMEOUT)).await;
     let reply = sent
         .result
-        .map_err(|e| format!("{url}: {}", crate::http::explain(&e)))?;
+        .map_err(|e| format!("{url}: {}", crate::http_client::explain(&e)))?;
     let status = reply.status();
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {status}"));
@@ -634,7 +634,7 @@ async fn fetch_url(
     let text = reply
         .text()
         .await
-        .map_err(|e| format!("{url}: {}", crate::http::explain(&e)))?;
+        .map_err(|e| format!("{url}: {}", crate::http_client::explain(&e)))?;
     Ok(prometheus::parse(&text))
 }
 
@@ -669,7 +669,7 @@ mod tests {
             name: "vllm",
             url: format!("http://{address}"),
             endpoint: Arc::new(HttpEndpoint {
-                client: crate::http::Client::new(|builder| builder).unwrap(),
+                client: crate::http_client::Client::new(|builder| builder).unwrap(),
                 base_url: format!("http://{address}"),
             }),
             scrapes: Arc::default(),

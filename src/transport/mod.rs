@@ -71,7 +71,7 @@ enum Link {
 /// An HTTP server on the host, reachable from here.
 pub struct HttpEndpoint {
     /// A client that reaches the host's server (through a port forward for SSH hosts).
-    pub client: crate::http::Client,
+    pub client: crate::http_client::Client,
     /// The URL as the host sees it; requests use it unchanged.
     pub base_url: String,
 }
@@ -253,8 +253,8 @@ impl Transport {
 /// the host's server is reached: directly, or through a forwarded socket).
 pub fn http_client(
     route: impl Fn(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
-) -> Result<crate::http::Client> {
-    crate::http::Client::new(|builder| {
+) -> Result<crate::http_client::Client> {
+    crate::http_client::Client::new(|builder| {
         route(builder)
             .connect_timeout(std::time::Duration::from_secs(5))
             .read_timeout(std::time::Duration::from_secs(30))

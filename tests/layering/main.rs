@@ -20,7 +20,7 @@ use source::Source;
 const FLOORS: &[(&str, &[&str])] = &[
     (
         "the ground floor",
-        &["point", "exit", "facts", "words", "clock", "http"],
+        &["point", "exit", "facts", "words", "clock", "http_client"],
     ),
     ("the run's vocabulary", &["events"]),
     ("the configuration", &["config"]),

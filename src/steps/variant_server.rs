@@ -11,11 +11,11 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 use tokio::task::JoinHandle;
 
-use super::http::{already_answering, server_facts, smoke, wait_until_up};
+use super::server_probe::{already_answering, server_facts, smoke, wait_until_up};
 use super::start_server::{spawn_job, Watch};
 use super::verify_server::api_key;
 use super::HostCtx;
-use crate::config::server::ServerPlan;
+use crate::config::server_block::ServerPlan;
 
 /// How long the server's follower may take to report the end of a stopped server.
 const FOLLOWER_END: Duration = Duration::from_secs(10);

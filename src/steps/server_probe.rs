@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value as Json};
 
 use crate::facts::ServerFacts;
-use crate::http::{excerpt, explain};
+use crate::http_client::{excerpt, explain};
 use crate::transport::HttpEndpoint;
 
 /// What `/v1/models` said.

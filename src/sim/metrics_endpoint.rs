@@ -131,7 +131,7 @@ pub fn exposition(names: Names, state: &State, model: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::{prometheus, server};
+    use crate::telemetry::{prometheus, server_metrics};
 
     #[test]
     fn both_servers_names_read_back_as_the_same_quantities() {
@@ -149,12 +149,12 @@ mod tests {
         for (names, server) in [(Names::Vllm, "vLLM"), (Names::Sglang, "SGLang")] {
             let (samples, bad) = prometheus::parse(&exposition(names, &state, "m\"x"));
             assert!(bad.is_empty(), "{bad:?}");
-            assert_eq!(server::server_of(&samples), Some(server));
-            let read = server::read(0.0, &samples).values;
-            assert_eq!(read[&server::Quantity::Running], 3.0, "{names:?}");
-            assert_eq!(read[&server::Quantity::Waiting], 2.0, "{names:?}");
-            assert_eq!(read[&server::Quantity::KvUsage], 0.25, "{names:?}");
-            assert_eq!(read[&server::Quantity::Preemptions], 4.0, "{names:?}");
+            assert_eq!(server_metrics::server_of(&samples), Some(server));
+            let read = server_metrics::read(0.0, &samples).values;
+            assert_eq!(read[&server_metrics::Quantity::Running], 3.0, "{names:?}");
+            assert_eq!(read[&server_metrics::Quantity::Waiting], 2.0, "{names:?}");
+            assert_eq!(read[&server_metrics::Quantity::KvUsage], 0.25, "{names:?}");
+            assert_eq!(read[&server_metrics::Quantity::Preemptions], 4.0, "{names:?}");
         }
     }
 
@@ -177,15 +177,15 @@ mod tests {
             };
             prometheus::parse(&exposition(names, &state, "m")).0
         };
-        let zero = server::read(0.0, &at(true, Names::Vllm));
-        let before = server::Scrape {
+        let zero = server_metrics::read(0.0, &at(true, Names::Vllm));
+        let before = server_metrics::Scrape {
             t: 0.0,
             values: zero.values.keys().map(|q| (*q, 0.0)).collect(),
         };
-        let vllm = server::summarize(&[before, server::read(1.0, &at(true, Names::Vllm))]);
+        let vllm = server_metrics::summarize(&[before, server_metrics::read(1.0, &at(true, Names::Vllm))]);
         assert_eq!(vllm["server_spec_acceptance_rate"], 0.7, "{vllm:?}");
         assert_eq!(vllm["server_spec_accepted_length"], 2.4, "{vllm:?}");
-        let sglang = server::summarize(&[server::read(1.0, &at(true, Names::Sglang))]);
+        let sglang = server_metrics::summarize(&[server_metrics::read(1.0, &at(true, Names::Sglang))]);
         assert_eq!(sglang["server_spec_acceptance_rate"], 0.7, "{sglang:?}");
         assert_eq!(sglang["server_spec_accepted_length"], 2.4, "{sglang:?}");
         for names in [Names::Vllm, Names::Sglang] {

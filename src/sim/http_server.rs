@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use super::api::{self, ApiError, ChunkWriter, Generation, ResponseMeta, ServedModel, Usage};
 use super::engine::{Engine, Sink};
 use super::jitter::Jitter;
-use super::metrics::Names;
+use super::metrics_endpoint::Names;
 use super::power::GpuModel;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
@@ -138,12 +138,12 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 /// Prometheus text with vLLM's or SGLang's metric names (`--metrics-names`), so tools that
 /// read either server's `/metrics` work.
 async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    let state = super::metrics::State {
+    let state = super::metrics_endpoint::State {
         stats: app.engine.stats(),
         kv_capacity: app.kv_capacity,
         speculative: app.speculative,
     };
-    let text = super::metrics::exposition(app.names, &state, &app.served.id);
+    let text = super::metrics_endpoint::exposition(app.names, &state, &app.served.id);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
