@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::level::Progress;
-use super::metrics::Stats;
+use super::metrics::LatencyStats;
 use super::record::Summary;
 
 /// How often a plain progress line is printed when stderr is not a terminal.
@@ -129,7 +129,7 @@ pub fn header() -> String {
 
 /// One level's row, then its problems and example errors, one per line.
 pub fn row(s: &Summary) -> Vec<String> {
-    let ms = |stats: Option<Stats>, f: fn(&Stats) -> f64| {
+    let ms = |stats: Option<LatencyStats>, f: fn(&LatencyStats) -> f64| {
         stats.map_or("-".to_string(), |s| format!("{:.1}", f(&s)))
     };
     let steady = s.steady.map_or("-".to_string(), |(tps, _)| format!("{tps:.1}"));
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn an_invalid_row_is_followed_by_its_problems_and_example_errors() {
-        let stats = Stats {
+        let stats = LatencyStats {
             mean: 1.0,
             median: 2.0,
             p90: 3.0,

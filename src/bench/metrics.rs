@@ -28,7 +28,7 @@ pub struct Latency {
 
 /// Summary statistics in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Stats {
+pub struct LatencyStats {
     pub mean: f64,
     pub median: f64,
     pub p90: f64,
@@ -55,13 +55,13 @@ impl Latency {
     }
 
     /// None when nothing was recorded.
-    pub fn stats(&self) -> Option<Stats> {
+    pub fn stats(&self) -> Option<LatencyStats> {
         let n = self.histogram.len();
         if n == 0 {
             return None;
         }
         let ms = |q: f64| self.histogram.value_at_quantile(q) as f64 / 1e3;
-        Some(Stats {
+        Some(LatencyStats {
             mean: self.sum_ns / n as f64 / 1e6,
             median: ms(0.5),
             p90: ms(0.9),

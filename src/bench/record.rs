@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use super::level::{LevelPlan, LevelResult, Stop};
-use super::metrics::{Counts, Stats};
+use super::metrics::{Counts, LatencyStats};
 use super::sys;
 use super::validity::{self, Evidence};
 
@@ -49,11 +49,11 @@ pub struct Summary {
     pub steady_at: Option<(f64, f64)>,
     /// Where the whole measured phase (`duration`) lies, as Unix seconds on the host's clock.
     pub measured_at: (f64, f64),
-    pub ttft: Option<Stats>,
-    pub tpot: Option<Stats>,
-    pub itl: Option<Stats>,
-    pub e2el: Option<Stats>,
-    pub queue: Option<Stats>,
+    pub ttft: Option<LatencyStats>,
+    pub tpot: Option<LatencyStats>,
+    pub itl: Option<LatencyStats>,
+    pub e2el: Option<LatencyStats>,
+    pub queue: Option<LatencyStats>,
     pub cpu_percent: f64,
     pub cores: usize,
     pub max_rss_mb: f64,
@@ -236,8 +236,8 @@ impl Summary {
 }
 
 /// `mean_X_ms`, `median_X_ms`, `p90_X_ms`, `p99_X_ms` (null when not measured).
-fn latency(m: &mut Map<String, Value>, name: &str, stats: Option<Stats>) {
-    let value = |f: fn(&Stats) -> f64| stats.as_ref().map_or(Value::Null, |s| round(f(s), 4));
+fn latency(m: &mut Map<String, Value>, name: &str, stats: Option<LatencyStats>) {
+    let value = |f: fn(&LatencyStats) -> f64| stats.as_ref().map_or(Value::Null, |s| round(f(s), 4));
     m.insert(format!("mean_{name}_ms"), value(|s| s.mean));
     m.insert(format!("median_{name}_ms"), value(|s| s.median));
     m.insert(format!("p90_{name}_ms"), value(|s| s.p90));

@@ -271,8 +271,6 @@ impl Config {
             .unwrap_or(Path::new("."))
     }
 
-    /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
-    /// vars, `-e`, then the built-ins and the host's labels.
     /// The server's variants, in the order they run on each host; empty without a `server:`.
     pub fn variants(&self) -> Vec<server_block::Variant> {
         self.playbook
@@ -282,6 +280,16 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// The matrix of every sweep of the playbook, in step order.
+    pub fn sweep_matrices(&self) -> impl Iterator<Item = &crate::point::Matrix> {
+        self.playbook.steps.iter().filter_map(|step| match step {
+            steps::Step::RunSweep(sweep) => Some(&sweep.matrix),
+            _ => None,
+        })
+    }
+
+    /// Every variable of `host`, later sources winning: inventory vars, host vars, playbook
+    /// vars, `-e`, then the built-ins and the host's labels.
     pub fn host_vars(
         &self,
         host: &str,

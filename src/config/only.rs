@@ -8,7 +8,6 @@ use std::path::Path;
 
 use indexmap::IndexMap;
 
-use super::steps::Step;
 use super::{closest, Config, ConfigError};
 use crate::point::{self, Values};
 
@@ -86,9 +85,8 @@ impl Only {
 /// Every axis of every sweep, with the values the sweeps give it (as written, in order).
 fn sweep_axes(config: &Config) -> IndexMap<&str, Vec<String>> {
     let mut axes: IndexMap<&str, Vec<String>> = IndexMap::new();
-    for step in &config.playbook.steps {
-        let Step::RunSweep(sweep) = step else { continue };
-        for (axis, values) in &sweep.matrix {
+    for matrix in config.sweep_matrices() {
+        for (axis, values) in matrix {
             let known = axes.entry(axis.as_str()).or_default();
             for text in values.value.iter().map(point::value_text) {
                 if !known.contains(&text) {

@@ -110,7 +110,7 @@ impl SloCapacity {
     }
 
     /// Ratios of each (column, its baseline) pair's series of the same axes; `name` is what the
-    /// sentences call the baseline. Series of columns in no pair get none.
+    /// sentences call the baseline. ScalingStory of columns in no pair get none.
     pub fn rebase_pairs(&mut self, name: &str, pairs: &[(String, String)]) {
         let base_of = |host: &str, axes: &str| {
             let (_, base) = pairs.iter().find(|(c, _)| c == host)?;

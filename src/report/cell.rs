@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use super::stats::{Summary, Welch, ALPHA, NOISY_CV};
+use super::stats::{Estimate, Welch, ALPHA, NOISY_CV};
 use crate::config::reference::Expected;
 use crate::events::{Record, RecordStatus};
 
@@ -119,7 +119,7 @@ pub struct Spread {
 
 impl Spread {
     /// The spread of `summary`'s values, with `excluded` repetitions left out.
-    pub fn of(summary: &Summary, excluded: usize) -> Spread {
+    pub fn of(summary: &Estimate, excluded: usize) -> Spread {
         Spread {
             mean: summary.mean,
             sd: summary.sd,
@@ -132,8 +132,8 @@ impl Spread {
     }
 
     /// The valid repetitions' summary, for comparing them with another cell's.
-    pub fn summary(&self) -> Summary {
-        Summary {
+    pub fn summary(&self) -> Estimate {
+        Estimate {
             n: self.n,
             mean: self.mean,
             sd: self.sd,
@@ -230,7 +230,7 @@ impl Cell {
     }
 
     /// What a repeated value's repetitions say together, for comparing it with another cell.
-    pub fn summary(&self) -> Option<Summary> {
+    pub fn summary(&self) -> Option<Estimate> {
         match self {
             Cell::Value { spread: Some(s), .. } => Some(s.summary()),
             _ => None,
@@ -434,7 +434,7 @@ fn repeated(records: &[&Record], repetitions: &[u32], metric: &str) -> Cell {
         .iter()
         .filter(|c| matches!(c, Cell::Invalid { .. } | Cell::Failed { .. } | Cell::Lost { .. }))
         .count();
-    match Summary::of(&values) {
+    match Estimate::of(&values) {
         Some(summary) => Cell::Value {
             value: summary.mean,
             reference: None,

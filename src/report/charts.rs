@@ -16,14 +16,14 @@ use super::cell::format_number;
 use super::cell::invalid_reason;
 use super::planned::{not_run_reason, Planned};
 use super::scaling::{concurrency_of, series_name, series_of};
-use super::stats::Summary;
-use super::svg::{tooltip, Chart, Gap, Limit, Look, Point, Scale, Series, Tag};
+use super::stats::Estimate;
+use super::svg::{tooltip, Chart, ChartPoint, ChartSeries, Gap, Limit, Look, Scale, Tag};
 use super::Run;
 use crate::events::{Record, RecordStatus};
 use crate::point::{self, StepPoint, Values};
 
 /// One valid measurement of the step, or the valid repetitions of a repeated point together.
-struct Sample<'a> {
+struct Measured<'a> {
     /// Host (and other axes, and run when there are several).
     series: String,
     /// The host (and run) alone, for charts whose x axis is one of the other axes.
@@ -35,20 +35,20 @@ struct Sample<'a> {
     records: Vec<&'a Record>,
 }
 
-impl Sample<'_> {
+impl Measured<'_> {
     /// The metric, the mean of the repetitions that report it.
     fn metric(&self, name: &str) -> Option<f64> {
         self.summary(name).map(|s| s.mean)
     }
 
     /// What the repetitions' values of `name` say together.
-    fn summary(&self, name: &str) -> Option<Summary> {
+    fn summary(&self, name: &str) -> Option<Estimate> {
         let values: Vec<f64> = self
             .records
             .iter()
             .filter_map(|r| r.metrics.get(name).and_then(Json::as_f64))
             .collect();
-        Summary::of(&values)
+        Estimate::of(&values)
     }
 
     /// The input length: the point's `input_len`, else the one the benchmark reported.
@@ -84,7 +84,7 @@ impl Unmeasured {
 
 /// A step's measurements and the points it did not measure, across runs.
 struct StepData<'a> {
-    samples: Vec<Sample<'a>>,
+    samples: Vec<Measured<'a>>,
     unmeasured: Vec<Unmeasured>,
     slo: Vec<(&'a str, f64)>,
 }
@@ -93,7 +93,7 @@ impl StepData<'_> {
     /// How many distinct values of an axis the step has, measured or not.
     fn levels(
         &self,
-        sample: impl Fn(&Sample) -> Option<f64>,
+        sample: impl Fn(&Measured) -> Option<f64>,
         other: impl Fn(&Unmeasured) -> Option<f64>,
     ) -> usize {
         let mut values: Vec<f64> = self
@@ -215,7 +215,7 @@ fn chart(
     title: &str,
     (x_label, y_label): (&str, &str),
     x_scale: Scale,
-    (series, gaps): (Vec<Series>, Vec<Gap>),
+    (series, gaps): (Vec<ChartSeries>, Vec<Gap>),
 ) -> Chart {
     Chart {
         kind,
@@ -309,7 +309,7 @@ fn look((color, dash): &(Tag, Tag), marker: &str) -> Look {
 }
 
 /// The series with their marker shapes numbered in the order the names first appear.
-fn with_markers(mut series: Vec<Series>) -> Vec<Series> {
+fn with_markers(mut series: Vec<ChartSeries>) -> Vec<ChartSeries> {
     let mut names: Vec<String> = Vec::new();
     for s in &mut series {
         let name = &s.look.marker.name;
@@ -325,7 +325,7 @@ fn with_markers(mut series: Vec<Series>) -> Vec<Series> {
     series
 }
 
-fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) -> Vec<Sample<'a>> {
+fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) -> Vec<Measured<'a>> {
     let mut samples = Vec::new();
     for run in runs {
         let suffix = run_suffix(runs, run);
@@ -344,7 +344,7 @@ fn samples<'a>(runs: &'a [Run], step_index: usize, step: &str, looks: &Looks) ->
         }
         samples.extend(points.into_iter().map(|((column, _), reps)| {
             let records: Vec<&Record> = reps.into_values().collect();
-            Sample {
+            Measured {
                 series: format!("{}{suffix}", series_name(records[0])),
                 host: format!("{column}{suffix}"),
                 look: looks.of_column(runs, run, &column),
@@ -444,11 +444,11 @@ fn run_suffix(runs: &[Run], run: &Run) -> String {
 /// `name` gives a sample's series name and what its marker stands for. Also the samples that
 /// gave no point, with their series name.
 fn lines<'s>(
-    samples: &'s [Sample],
-    name: impl Fn(&Sample) -> (String, String),
-    xy: impl Fn(&Sample) -> Option<Point>,
-) -> (Vec<Series>, Vec<(&'s Sample<'s>, String)>) {
-    let mut by_name: IndexMap<String, (Look, IndexMap<String, Point>)> = IndexMap::new();
+    samples: &'s [Measured],
+    name: impl Fn(&Measured) -> (String, String),
+    xy: impl Fn(&Measured) -> Option<ChartPoint>,
+) -> (Vec<ChartSeries>, Vec<(&'s Measured<'s>, String)>) {
+    let mut by_name: IndexMap<String, (Look, IndexMap<String, ChartPoint>)> = IndexMap::new();
     let mut without = Vec::new();
     for sample in samples {
         let (series, marker) = name(sample);
@@ -463,7 +463,7 @@ fn lines<'s>(
     }
     let series = by_name
         .into_iter()
-        .map(|(name, (look, points))| Series {
+        .map(|(name, (look, points))| ChartSeries {
             name,
             look,
             points: points.into_values().collect(),
@@ -475,10 +475,10 @@ fn lines<'s>(
 /// The × of samples measured without `metric`, at the x `at` gives them when their series has
 /// points on the chart; once in the legend for a series that has none.
 fn without_metric(
-    series: &[Series],
-    without: &[(&Sample, String)],
+    series: &[ChartSeries],
+    without: &[(&Measured, String)],
     metric: &str,
-    at: impl Fn(&Sample) -> Option<(f64, String)>,
+    at: impl Fn(&Measured) -> Option<(f64, String)>,
 ) -> Vec<Gap> {
     let mut gaps: Vec<Gap> = Vec::new();
     for (sample, name) in without {
@@ -501,8 +501,8 @@ fn without_metric(
 }
 
 /// A point, when both coordinates are numbers.
-fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<Point> {
-    (x.is_finite() && y.is_finite()).then_some(Point {
+fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<ChartPoint> {
+    (x.is_finite() && y.is_finite()).then_some(ChartPoint {
         x,
         y,
         tooltip,
@@ -514,7 +514,7 @@ fn point(x: f64, y: f64, tooltip: String, label: Option<String>) -> Option<Point
 /// Concurrency on x, `metric` on y, per series (`marker` tells them apart on a chart of several
 /// metrics); a repeated point's error bar is its 95% interval. Also the × of the points not
 /// measured, and of those measured without the metric.
-fn by_concurrency(data: &StepData, metric: &str, unit: &str, marker: &str) -> (Vec<Series>, Vec<Gap>) {
+fn by_concurrency(data: &StepData, metric: &str, unit: &str, marker: &str) -> (Vec<ChartSeries>, Vec<Gap>) {
     let suffix = match marker {
         "" => String::new(),
         m => format!(" {m}"),
@@ -538,13 +538,13 @@ fn by_concurrency(data: &StepData, metric: &str, unit: &str, marker: &str) -> (V
             Some(p)
         },
     );
-    let at = |s: &Sample| s.concurrency.map(|c| (c, format!("C={}", format_number(c))));
+    let at = |s: &Measured| s.concurrency.map(|c| (c, format!("C={}", format_number(c))));
     let mut gaps = data.gaps_by_concurrency();
     gaps.extend(without_metric(&series, &without, metric, at));
     (series, gaps)
 }
 
-fn needs_two_levels(series: &[Series], what: &str) -> Result<(), String> {
+fn needs_two_levels(series: &[ChartSeries], what: &str) -> Result<(), String> {
     match series.iter().any(|s| s.points.len() >= 2) {
         true => Ok(()),
         false => Err(format!(
@@ -600,7 +600,7 @@ fn ttft(data: &StepData) -> Result<Chart, String> {
 /// throughput shared among the concurrent requests.
 fn tradeoff(data: &StepData) -> Result<Chart, String> {
     let samples = &data.samples;
-    let measured: Vec<&Sample> = samples
+    let measured: Vec<&Measured> = samples
         .iter()
         .filter(|s| s.metric("output_throughput").is_some() && s.concurrency.is_some())
         .collect();
@@ -681,7 +681,7 @@ fn prefill(data: &StepData) -> Result<Chart, String> {
         let len = u.input_len();
         (series, len, len.map_or_else(|| point::label(&u.point), named))
     });
-    let at = |s: &Sample| s.input_len().map(|len| (len, named(len)));
+    let at = |s: &Measured| s.input_len().map(|len| (len, named(len)));
     gaps.extend(without_metric(&series, &without, "median_ttft_ms", at));
     Ok(chart(
         "prefill",

@@ -383,7 +383,7 @@ mod tests {
 
     /// A repeated point's cell: the summary of `values`.
     fn repeated(values: &[f64]) -> Cell {
-        let summary = stats::Summary::of(values).unwrap();
+        let summary = stats::Estimate::of(values).unwrap();
         Cell::Value {
             value: summary.mean,
             reference: None,

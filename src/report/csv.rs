@@ -5,7 +5,7 @@
 use super::capacity::SloCapacity;
 use super::facts_diff::FactsDiff;
 use super::model::Report;
-use super::scaling::Series;
+use super::scaling::ScalingStory;
 use super::Cell;
 
 const COLUMNS: [&str; 7] = ["table", "metric", "row", "column", "value", "status", "reason"];
@@ -188,7 +188,7 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
 
 /// [column, value, status, reason] lines of one scaling story: the efficiency of each step
 /// (`C=1→4`), then `knee` and `limit` with their concurrency.
-fn scaling_lines(series: &Series) -> Vec<[String; 4]> {
+fn scaling_lines(series: &ScalingStory) -> Vec<[String; 4]> {
     let mut lines: Vec<[String; 4]> = series
         .steps
         .iter()

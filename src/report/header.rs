@@ -32,7 +32,7 @@ const KEY_ARGS: &[&str] = &[
 ];
 
 /// The facts of one host in one run.
-pub struct HostFacts {
+pub struct HostHeader {
     pub host: String,
     /// `gpu: 8x RTX PRO 6000, model: …`.
     pub labels: String,
@@ -47,7 +47,7 @@ pub struct HostFacts {
 /// The facts of every host of one run.
 pub struct RunFacts {
     pub run_id: String,
-    pub hosts: Vec<HostFacts>,
+    pub hosts: Vec<HostHeader>,
 }
 
 /// The facts of the hosts of each run, in order.
@@ -87,7 +87,7 @@ impl Header {
     }
 }
 
-fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
+fn host_facts(host: &str, entry: &HostEntry) -> HostHeader {
     let facts = &entry.facts;
     let mut lines = Vec::new();
     if let Some(gpus) = gpu_line(facts) {
@@ -121,7 +121,7 @@ fn host_facts(host: &str, entry: &HostEntry) -> HostFacts {
             }
         }
     }
-    HostFacts {
+    HostHeader {
         host: host.to_string(),
         labels: entry
             .labels

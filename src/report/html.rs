@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::cell::Cell;
 use super::facts_diff::FactsDiff;
-use super::header::{Header, HostFacts, RunFacts};
+use super::header::{Header, HostHeader, RunFacts};
 use super::model::{Grid, Report, RunSummary, Section, Topic};
 use super::scaling;
 use super::svg::escape;
@@ -189,7 +189,7 @@ impl HostsOfRun<'_> {
     }
 }
 
-fn card(host: &HostFacts) -> Card<'_> {
+fn card(host: &HostHeader) -> Card<'_> {
     Card {
         host: &host.host,
         labels: &host.labels,

@@ -7,7 +7,7 @@ use super::capacity::SloCapacity;
 use super::cell::Spread;
 use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report};
-use super::scaling::Series;
+use super::scaling::ScalingStory;
 use super::stats::Welch;
 use super::{Cell, RefCheck, Verdict};
 
@@ -90,7 +90,7 @@ struct GridJson<'a> {
     columns: &'a [String],
     rows: Vec<Vec<CellJson<'a>>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    scaling: &'a Vec<Series>,
+    scaling: &'a Vec<ScalingStory>,
     /// The latency limits and, per series, the highest concurrency within them, the table's
     /// metric there, its ratio to the baseline and the first level above that breaks a limit.
     #[serde(skip_serializing_if = "Option::is_none")]

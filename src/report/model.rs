@@ -8,7 +8,7 @@ use super::capacity::SloCapacity;
 use super::cell::Cell;
 use super::facts_diff::FactsDiff;
 use super::header::Header;
-use super::scaling::Series;
+use super::scaling::ScalingStory;
 use super::svg::Chart;
 use super::Run;
 use crate::events::Status;
@@ -185,7 +185,7 @@ pub struct Grid {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
     /// The scaling story of a concurrency sweep, per host.
-    pub scaling: Vec<Series>,
+    pub scaling: Vec<ScalingStory>,
     /// The capacity of each host under the run's latency limits, when it states any.
     pub slo: Option<SloCapacity>,
 }

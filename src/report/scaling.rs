@@ -51,7 +51,7 @@ pub struct Level {
 
 /// From one measured level to the next.
 #[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Step {
+pub struct LevelGain {
     pub from: f64,
     pub to: f64,
     /// Throughput at `to` over throughput at `from`.
@@ -82,11 +82,11 @@ pub struct Limit {
 
 /// One host's (or one host and fixed other axes') scaling story.
 #[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Series {
+pub struct ScalingStory {
     pub name: String,
     pub host: String,
     pub metric: String,
-    pub steps: Vec<Step>,
+    pub steps: Vec<LevelGain>,
     pub knee: Option<Knee>,
     pub limit: Option<Limit>,
     /// Levels below the highest measured one that the benchmark marked invalid.
@@ -109,7 +109,7 @@ pub fn by_concurrency<T>(levels: &mut Vec<T>, concurrency: impl Fn(&T) -> f64) {
 }
 
 /// The story of one series: levels in any order; levels at the same concurrency keep the last.
-pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> Series {
+pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> ScalingStory {
     by_concurrency(&mut levels, |l| l.concurrency);
     let measured: Vec<(f64, f64)> = levels
         .iter()
@@ -118,7 +118,7 @@ pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> 
             Outcome::Stopped { .. } => None,
         })
         .collect();
-    let steps: Vec<Step> = measured.windows(2).filter_map(|w| step(w[0], w[1])).collect();
+    let steps: Vec<LevelGain> = measured.windows(2).filter_map(|w| step(w[0], w[1])).collect();
     let knee = steps
         .iter()
         .find(|s| s.per_doubling < KNEE_GAIN_PER_DOUBLING)
@@ -144,7 +144,7 @@ pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> 
         })
         .partition(|l| l.status == "invalid" && last_measured.is_some_and(|top| l.concurrency < top));
     let limit = stopped.into_iter().next();
-    Series {
+    ScalingStory {
         name: name.to_string(),
         host: host.to_string(),
         metric: metric.to_string(),
@@ -158,13 +158,13 @@ pub fn analyze(name: &str, host: &str, metric: &str, mut levels: Vec<Level>) -> 
 
 /// The step between two measured levels; none when either throughput is not positive or the
 /// concurrency does not grow.
-fn step((c1, t1): (f64, f64), (c2, t2): (f64, f64)) -> Option<Step> {
+fn step((c1, t1): (f64, f64), (c2, t2): (f64, f64)) -> Option<LevelGain> {
     if t1 <= 0.0 || t2 < 0.0 || c1 <= 0.0 || c2 <= c1 {
         return None;
     }
     let gain = t2 / t1;
     let doublings = (c2 / c1).log2();
-    Some(Step {
+    Some(LevelGain {
         from: c1,
         to: c2,
         gain,
@@ -206,7 +206,7 @@ pub fn series_of(column: &str, point: &IndexMap<String, Json>) -> String {
 }
 
 /// The axes of a record's point other than concurrency (and fetched files), as a label; empty
-/// when there are none. Series of different hosts with the same axes are compared.
+/// when there are none. ScalingStory of different hosts with the same axes are compared.
 pub fn other_axes(record: &Record) -> String {
     axes_other_than_concurrency(&record.point)
 }
@@ -251,11 +251,11 @@ pub fn series_rows<'s, 'a>(step: &'s StepRecords<'a>) -> IndexMap<(String, Strin
 
 /// The scaling stories of one step, one per series with at least two levels, in the order of
 /// `hosts`; none when the step has no concurrency axis or no throughput.
-pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<Series> {
+pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<ScalingStory> {
     let Some(metric) = metric_for(step, table_metric) else {
         return Vec::new();
     };
-    let mut stories: Vec<Series> = Vec::new();
+    let mut stories: Vec<ScalingStory> = Vec::new();
     for ((name, host), rows) in series_rows(step) {
         let levels: Vec<Level> = rows
             .iter()
@@ -290,7 +290,7 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
 }
 
 /// The story in lines of text, for the terminal and Markdown.
-pub fn describe(stories: &[Series]) -> Vec<String> {
+pub fn describe(stories: &[ScalingStory]) -> Vec<String> {
     let Some(first) = stories.first() else {
         return Vec::new();
     };
@@ -300,7 +300,7 @@ pub fn describe(stories: &[Series]) -> Vec<String> {
 }
 
 /// `1→4 ×3.15 (79% efficient), …; knee at C=16 (…); limit: C=256 skipped (…)`.
-pub fn sentence(s: &Series) -> String {
+pub fn sentence(s: &ScalingStory) -> String {
     let steps: Vec<String> = s
         .steps
         .iter()
@@ -342,7 +342,7 @@ pub fn sentence(s: &Series) -> String {
     parts.join("; ")
 }
 
-fn knee_text(s: &Series) -> String {
+fn knee_text(s: &ScalingStory) -> String {
     match (&s.knee, s.steps.last(), s.last_measured) {
         (Some(k), _, _) => format!(
             "knee at C={} ({} {}; {:+.0}% per doubling beyond)",

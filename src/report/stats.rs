@@ -32,7 +32,7 @@ pub fn t_975(df: f64) -> Option<f64> {
 
 /// What several measurements of one value say together.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
+pub struct Estimate {
     pub n: usize,
     pub mean: f64,
     /// The sample standard deviation (n − 1 in the denominator); 0 for one measurement.
@@ -43,9 +43,9 @@ pub struct Summary {
     pub cv: Option<f64>,
 }
 
-impl Summary {
+impl Estimate {
     /// The summary of `values`; None when there are none or one is not finite.
-    pub fn of(values: &[f64]) -> Option<Summary> {
+    pub fn of(values: &[f64]) -> Option<Estimate> {
         if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
             return None;
         }
@@ -57,7 +57,7 @@ impl Summary {
         };
         let ci95 = t_975((n - 1) as f64).map(|t| t * sd / (n as f64).sqrt());
         let cv = (n > 1 && mean != 0.0).then(|| sd / mean.abs());
-        Some(Summary {
+        Some(Estimate {
             n,
             mean,
             sd,
@@ -77,11 +77,11 @@ impl Summary {
 /// variance of the log ratio, and t is at the Welch–Satterthwaite degrees of freedom of its two
 /// terms. None unless both have two or more measurements and positive means (throughputs and
 /// latencies are).
-pub fn ratio_interval(a: &Summary, b: &Summary) -> Option<(f64, f64)> {
+pub fn ratio_interval(a: &Estimate, b: &Estimate) -> Option<(f64, f64)> {
     if a.n < 2 || b.n < 2 || a.mean <= 0.0 || b.mean <= 0.0 {
         return None;
     }
-    let rel = |s: &Summary| s.sd.powi(2) / (s.n as f64 * s.mean.powi(2));
+    let rel = |s: &Estimate| s.sd.powi(2) / (s.n as f64 * s.mean.powi(2));
     let ratio = a.mean / b.mean;
     let se = (rel(a) + rel(b)).sqrt();
     if se == 0.0 {
@@ -112,7 +112,7 @@ pub struct Welch {
 impl Welch {
     /// The test of `a` against `b`; None unless each has two or more measurements. Samples
     /// without any spread differ surely (p = 0) or not at all (p = 1).
-    pub fn test(a: &Summary, b: &Summary) -> Option<Welch> {
+    pub fn test(a: &Estimate, b: &Estimate) -> Option<Welch> {
         if a.n < 2 || b.n < 2 {
             return None;
         }
@@ -169,8 +169,8 @@ mod tests {
         }
     }
 
-    fn summary(values: &[f64]) -> Summary {
-        Summary::of(values).unwrap()
+    fn summary(values: &[f64]) -> Estimate {
+        Estimate::of(values).unwrap()
     }
 
     /// The three worked examples of Wikipedia's "Welch's t-test" article (its data sets and its
@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_worked_example() {
-        let s = Summary::of(&[10.0, 12.0, 9.0, 11.0, 13.0]).unwrap();
+        let s = Estimate::of(&[10.0, 12.0, 9.0, 11.0, 13.0]).unwrap();
         assert_eq!((s.n, s.mean), (5, 11.0));
         assert!((s.sd - 1.5811).abs() < 1e-4, "{}", s.sd);
         // 2.776 × 1.5811 / √5
@@ -266,13 +266,13 @@ mod tests {
 
     #[test]
     fn one_value_has_no_interval_and_bad_input_no_summary() {
-        let one = Summary::of(&[5.0]).unwrap();
+        let one = Estimate::of(&[5.0]).unwrap();
         assert_eq!((one.ci95, one.cv, one.sd), (None, None, 0.0));
         assert!(!one.is_noisy());
-        assert_eq!(Summary::of(&[]), None);
-        assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
-        let quiet = Summary::of(&[100.0, 101.0, 99.0]).unwrap();
+        assert_eq!(Estimate::of(&[]), None);
+        assert_eq!(Estimate::of(&[1.0, f64::NAN]), None);
+        let quiet = Estimate::of(&[100.0, 101.0, 99.0]).unwrap();
         assert!(!quiet.is_noisy());
-        assert_eq!(Summary::of(&[0.0, 0.0]).unwrap().cv, None);
+        assert_eq!(Estimate::of(&[0.0, 0.0]).unwrap().cv, None);
     }
 }

@@ -59,7 +59,7 @@ pub enum Scale {
 
 /// One point: x, y, and the text of its tooltip.
 #[derive(Clone, Debug)]
-pub struct Point {
+pub struct ChartPoint {
     pub x: f64,
     pub y: f64,
     pub tooltip: String,
@@ -87,10 +87,10 @@ pub struct Look {
 }
 
 #[derive(Clone, Debug)]
-pub struct Series {
+pub struct ChartSeries {
     pub name: String,
     pub look: Look,
-    pub points: Vec<Point>,
+    pub points: Vec<ChartPoint>,
 }
 
 /// A point of a series that was not measured (skipped, failed, not run, invalid, or without
@@ -117,7 +117,7 @@ pub struct Chart {
     pub x_label: String,
     pub y_label: String,
     pub x_scale: Scale,
-    pub series: Vec<Series>,
+    pub series: Vec<ChartSeries>,
     /// Horizontal lines across the plot: a limit on the y metric, named.
     pub limits: Vec<Limit>,
     pub gaps: Vec<Gap>,
@@ -257,12 +257,12 @@ struct Layout<'c> {
 
 /// A series drawn: its points in x order, each with its marker's centre, error bar and label.
 struct Line<'c> {
-    series: &'c Series,
+    series: &'c ChartSeries,
     marks: Vec<Mark<'c>>,
 }
 
 struct Mark<'c> {
-    point: &'c Point,
+    point: &'c ChartPoint,
     at: (f64, f64),
     bar: Option<Bar>,
     label: Option<Text>,
@@ -373,12 +373,12 @@ impl Chart {
         svg
     }
 
-    fn points(&self) -> impl Iterator<Item = &Point> {
+    fn points(&self) -> impl Iterator<Item = &ChartPoint> {
         self.series.iter().flat_map(|s| s.points.iter())
     }
 
     /// The interval a point's error bar spans, cut at the floor: (low, high, cut).
-    fn interval(&self, p: &Point) -> (f64, f64, bool) {
+    fn interval(&self, p: &ChartPoint) -> (f64, f64, bool) {
         let e = p.error.filter(|e| *e > 0.0).unwrap_or(0.0);
         let low = p.y - e;
         match self.y_floor {
@@ -440,8 +440,8 @@ impl Chart {
     }
 
     /// A series' marks in x order.
-    fn marks<'c>(&'c self, series: &'c Series, x: &Axis, y: &Axis) -> Line<'c> {
-        let mut points: Vec<&Point> = series.points.iter().collect();
+    fn marks<'c>(&'c self, series: &'c ChartSeries, x: &Axis, y: &Axis) -> Line<'c> {
+        let mut points: Vec<&ChartPoint> = series.points.iter().collect();
         points.sort_by(|a, b| a.x.total_cmp(&b.x));
         let marks = points
             .into_iter()
@@ -907,9 +907,9 @@ mod tests {
         }
     }
 
-    fn points(xy: &[(f64, f64)], labels: bool) -> Vec<Point> {
+    fn points(xy: &[(f64, f64)], labels: bool) -> Vec<ChartPoint> {
         xy.iter()
-            .map(|&(x, y)| Point {
+            .map(|&(x, y)| ChartPoint {
                 x,
                 y,
                 tooltip: tooltip("C", x, y, "tok/s"),
@@ -926,7 +926,7 @@ mod tests {
             x_label: "concurrency".into(),
             y_label: "tok/s".into(),
             x_scale: scale,
-            series: vec![Series {
+            series: vec![ChartSeries {
                 name: "host".into(),
                 look: look((0, "host"), (1, "@run"), (0, "")),
                 points: points(xy, false),
@@ -993,7 +993,7 @@ mod tests {
                             (c, (h + 1) as f64 * 40.0 * c.sqrt() + (r + m) as f64 * 3.0)
                         })
                         .collect();
-                    series.push(Series {
+                    series.push(ChartSeries {
                         name: format!("{host} {run} p{m}"),
                         look: look((h, &host), (r, &run), (m, &format!("p{m}9"))),
                         points: points(&xy, true),

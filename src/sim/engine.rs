@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::scheduler::{JobSpec, Progress, Scheduler, Stats};
+use super::scheduler::{EngineStats, JobSpec, Progress, Scheduler};
 
 /// Where a request's progress goes: the HTTP handler's channel, tagged with the choice index.
 #[derive(Debug)]
@@ -66,14 +66,14 @@ pub struct EngineStopped;
 #[derive(Clone)]
 pub struct Engine {
     tx: mpsc::Sender<Submission>,
-    stats: Arc<Mutex<Stats>>,
+    stats: Arc<Mutex<EngineStats>>,
 }
 
 impl Engine {
     /// Starts the clock thread around `scheduler`.
     pub fn start(scheduler: Scheduler<Sink>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
-        let stats = Arc::new(Mutex::new(Stats::default()));
+        let stats = Arc::new(Mutex::new(EngineStats::default()));
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name("rigrun-sim-clock".into())
@@ -91,13 +91,13 @@ impl Engine {
     }
 
     /// The scheduler's gauges and counters after the last step.
-    pub fn stats(&self) -> Stats {
+    pub fn stats(&self) -> EngineStats {
         *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 /// The clock loop: ends when every handle is dropped and no request is left.
-fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, stats: &Mutex<Stats>) {
+fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, stats: &Mutex<EngineStats>) {
     let anchor = Instant::now();
     let mut now = Duration::ZERO;
     let mut pacer = Pacer::default();

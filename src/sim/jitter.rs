@@ -42,7 +42,7 @@ fn nth_delay(mean: Duration, seed: u64, index: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::stats::Summary;
+    use crate::report::stats::Estimate;
 
     #[test]
     fn delays_are_seeded_and_average_the_stated_mean() {
@@ -56,7 +56,7 @@ mod tests {
             .map(|i| nth_delay(mean, 1, i).as_secs_f64() * 1e3)
             .collect();
         assert!(delays.iter().all(|d| *d > 0.0 && *d <= 40.0));
-        let s = Summary::of(&delays).unwrap();
+        let s = Estimate::of(&delays).unwrap();
         assert!((s.mean - 20.0).abs() < 0.2, "{}", s.mean);
         // Uniform on (0, 40]: sd = 40 / √12.
         assert!((s.sd - 40.0 / 12f64.sqrt()).abs() < 0.2, "{}", s.sd);
@@ -82,7 +82,7 @@ mod tests {
                         ttft / requests as f64
                     })
                     .collect();
-                let s = Summary::of(&means).unwrap();
+                let s = Estimate::of(&means).unwrap();
                 (s.mean - truth).abs() <= s.ci95.unwrap()
             })
             .count();

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::scheduler::Stats;
+use super::scheduler::EngineStats;
 
 /// Whose metric names the sim uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -17,7 +17,7 @@ pub enum Names {
 /// What the exposition reads: the scheduler's stats, the KV cache's size, and whether the sim
 /// models speculative decoding (a server without it has no speculative metrics).
 pub struct State {
-    pub stats: Stats,
+    pub stats: EngineStats,
     pub kv_capacity: u64,
     pub speculative: bool,
 }
@@ -136,12 +136,12 @@ mod tests {
     #[test]
     fn both_servers_names_read_back_as_the_same_quantities() {
         let state = State {
-            stats: Stats {
+            stats: EngineStats {
                 running: 3,
                 waiting: 2,
                 kv_used_tokens: 50,
                 preemptions_total: 4,
-                ..Stats::default()
+                ..EngineStats::default()
             },
             kv_capacity: 200,
             speculative: false,
@@ -163,11 +163,11 @@ mod tests {
     /// length of 2.4 under both names; without speculation there are none to misjudge.
     #[test]
     fn speculative_metrics_read_back_as_rate_and_length_and_only_when_speculating() {
-        let stats = Stats {
+        let stats = EngineStats {
             spec_drafts_total: 50,
             spec_draft_tokens_total: 100,
             spec_accepted_tokens_total: 70,
-            ..Stats::default()
+            ..EngineStats::default()
         };
         let at = |speculative, names| {
             let state = State {

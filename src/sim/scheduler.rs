@@ -75,7 +75,7 @@ pub struct Progress {
 
 /// Counters and gauges for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct EngineStats {
     pub running: usize,
     pub waiting: usize,
     pub kv_used_tokens: u64,
@@ -127,7 +127,7 @@ pub struct Scheduler<S> {
     waiting: VecDeque<Job<S>>,
     running: Vec<Job<S>>,
     kv_used: u64,
-    stats: Stats,
+    stats: EngineStats,
 }
 
 impl<S> Scheduler<S> {
@@ -140,7 +140,7 @@ impl<S> Scheduler<S> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             kv_used: 0,
-            stats: Stats::default(),
+            stats: EngineStats::default(),
         }
     }
 
@@ -298,8 +298,8 @@ impl<S> Scheduler<S> {
     }
 
     /// Current gauges and counters.
-    pub fn stats(&self) -> Stats {
-        Stats {
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
             running: self.running.len(),
             waiting: self.waiting.len(),
             kv_used_tokens: self.kv_used,
@@ -317,7 +317,7 @@ fn held<S>(policy: KvPolicy, job: &Job<S>) -> u64 {
 }
 
 /// Starts a prompt's prefill: skips its cached leading blocks (never the last token).
-fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &mut Stats) {
+fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &mut EngineStats) {
     let prompt = job.spec.prompt_tokens;
     let cached = cache.map_or(0, |c| c.lookup_prompt(&job.spec.block_hashes, prompt));
     // `cached` < prompt, which is a u32.
@@ -330,7 +330,7 @@ fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &m
 
 /// A decoding step's accepted draft tokens for `job` under `spec`: the expected acceptance
 /// added to its credit, whole tokens taken from it (never past the job's output), and counted.
-fn accept_drafts(job: &mut Job<impl Sized>, spec: Speculative, stats: &mut Stats) -> u32 {
+fn accept_drafts(job: &mut Job<impl Sized>, spec: Speculative, stats: &mut EngineStats) -> u32 {
     job.spec_credit += spec.expected_accepted();
     let left = job.spec.output_tokens.saturating_sub(job.generated + 1);
     let accepted = (job.spec_credit.floor() as u32).min(spec.tokens).min(left);

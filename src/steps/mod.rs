@@ -25,7 +25,7 @@ pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
 
 use crate::config::server_block::Variant;
-use crate::config::steps::run_sweep::Point as SweepPoint;
+use crate::config::steps::run_sweep::SweepPoint;
 use crate::config::steps::Action;
 use crate::config::HostVars;
 use crate::events::{Event, EventSender, PointRun, Record, RecordStatus, Status};

@@ -21,7 +21,7 @@ use super::command::CommandEnd;
 use super::record_line::{self, Line};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
-use crate::config::steps::run_sweep::{Point, RunSweepPlan};
+use crate::config::steps::run_sweep::{RunSweepPlan, SweepPoint};
 use crate::config::HostVars;
 use crate::events::{Event, PointAttempt, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
@@ -189,7 +189,7 @@ impl Tally {
 
 /// A point `skip_if` skips: recorded with the reason (once per repetition, so that a resume
 /// sees each repetition done).
-fn skip(ctx: &HostCtx, step: &PlannedStep, point: &Point, run: PointRun, reason: &str) -> Outcome {
+fn skip(ctx: &HostCtx, step: &PlannedStep, point: &SweepPoint, run: PointRun, reason: &str) -> Outcome {
     let (at, started) = (attempt_at(step, point, run), Instant::now());
     ctx.record(
         step,
@@ -254,7 +254,7 @@ impl Attempts<'_> {
 }
 
 /// Which attempt at which point of `step` its events are about.
-fn attempt_at(step: &PlannedStep, point: &Point, run: PointRun) -> PointAttempt {
+fn attempt_at(step: &PlannedStep, point: &SweepPoint, run: PointRun) -> PointAttempt {
     PointAttempt {
         point: point.label(),
         step_index: Some(step.index),
@@ -272,7 +272,7 @@ async fn run_point(
     ctx: &HostCtx,
     (step, watch): (&PlannedStep, &Watch),
     plan: &RunSweepPlan,
-    point: &Point,
+    point: &SweepPoint,
     at: Attempts<'_>,
 ) -> Result<Outcome> {
     let label = point.label();
@@ -358,7 +358,7 @@ async fn run_point(
 struct CutShort<'a> {
     ctx: &'a HostCtx,
     step: &'a PlannedStep,
-    point: &'a Point,
+    point: &'a SweepPoint,
     at: &'a PointAttempt,
     started: Instant,
 }
@@ -403,7 +403,7 @@ enum Made {
 async fn run_attempt(
     ctx: &HostCtx,
     (step, watch): (&PlannedStep, &Watch),
-    point: &Point,
+    point: &SweepPoint,
     log_base: &Path,
     job: &str,
     run: PointRun,
@@ -470,7 +470,7 @@ async fn run_attempt(
 /// and, when the command ran, its exit code and stderr tail.
 fn finish_attempt(
     ctx: &HostCtx,
-    (step, point, at): (&PlannedStep, &Point, &PointAttempt),
+    (step, point, at): (&PlannedStep, &SweepPoint, &PointAttempt),
     status: RecordStatus,
     why: &str,
     end: Option<&CommandEnd>,

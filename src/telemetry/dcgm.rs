@@ -1,14 +1,14 @@
 //! GPU samples from an NVIDIA DCGM exporter's Prometheus text (`DCGM_FI_DEV_*` gauges, one series
 //! per GPU by its `gpu` label), for hosts whose inventory names one (`dcgm_exporter: URL`):
-//! the same [`Sample`]s as nvidia-smi's, stamped when scraped.
+//! the same [`GpuSample`]s as nvidia-smi's, stamped when scraped.
 
 use std::collections::BTreeMap;
 
-use super::gpu::Sample;
+use super::gpu::GpuSample;
 use super::prometheus;
 use crate::facts::Gpu;
 
-/// The exporter's field names, for what [`Sample`] holds.
+/// The exporter's field names, for what [`GpuSample`] holds.
 const POWER: &str = "DCGM_FI_DEV_POWER_USAGE";
 const UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
 const MEM_UTIL: &str = "DCGM_FI_DEV_MEM_COPY_UTIL";
@@ -24,8 +24,8 @@ const THROTTLE: [&str; 2] = [
 ];
 
 /// One sample per GPU found in a scrape taken at `t`; none when the text has no DCGM fields.
-pub fn samples(t: f64, scrape: &[prometheus::Sample]) -> Vec<Sample> {
-    let mut gpus: BTreeMap<u32, Sample> = BTreeMap::new();
+pub fn samples(t: f64, scrape: &[prometheus::MetricSample]) -> Vec<GpuSample> {
+    let mut gpus: BTreeMap<u32, GpuSample> = BTreeMap::new();
     for s in scrape.iter().filter(|s| s.name.starts_with("DCGM_FI_DEV_")) {
         let Some(gpu) = s
             .labels
@@ -54,7 +54,7 @@ pub fn samples(t: f64, scrape: &[prometheus::Sample]) -> Vec<Sample> {
 /// The GPUs a scrape describes, as facts: the card's name (`modelName`), its memory (used +
 /// free framebuffer), driver (`DCGM_FI_DRIVER_VERSION`, where the exporter labels it) and power
 /// limit, each where the exporter gives it.
-pub fn gpus(scrape: &[prometheus::Sample]) -> Vec<Gpu> {
+pub fn gpus(scrape: &[prometheus::MetricSample]) -> Vec<Gpu> {
     let mut found: BTreeMap<u32, (Gpu, f64, f64)> = BTreeMap::new();
     for s in scrape.iter().filter(|s| s.name.starts_with("DCGM_FI_DEV_")) {
         let label = |name: &str| s.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
@@ -85,8 +85,8 @@ pub fn gpus(scrape: &[prometheus::Sample]) -> Vec<Gpu> {
         .collect()
 }
 
-fn empty(t: f64, gpu: u32) -> Sample {
-    Sample {
+fn empty(t: f64, gpu: u32) -> GpuSample {
+    GpuSample {
         t,
         gpu,
         power_w: None,

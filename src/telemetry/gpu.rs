@@ -30,7 +30,7 @@ pub const POWER_OR_HEAT: &[(u64, &str)] = &[
 /// One GPU at one moment, as nvidia-smi reported it; a field it reported as `[N/A]` or
 /// `[Not Supported]` is None.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Sample {
+pub struct GpuSample {
     /// Unix time in seconds, on the host's clock.
     pub t: f64,
     pub gpu: u32,
@@ -56,7 +56,7 @@ pub fn command(interval_ms: u32) -> String {
 }
 
 /// One CSV line of [`command`]'s output, or why it is not one.
-pub fn parse(line: &str) -> Result<Sample, String> {
+pub fn parse(line: &str) -> Result<GpuSample, String> {
     let fields: Vec<&str> = line.split(',').map(str::trim).collect();
     let [t, gpu, power, util, mem_util, mem_used, sm, temp, throttle] = fields[..] else {
         return Err(format!(
@@ -65,7 +65,7 @@ pub fn parse(line: &str) -> Result<Sample, String> {
             FIELDS.split(',').count() + 1
         ));
     };
-    Ok(Sample {
+    Ok(GpuSample {
         t: timestamp(t)?,
         gpu: gpu
             .parse()

@@ -7,14 +7,14 @@ pub type Labels = Vec<(String, String)>;
 
 /// One sample line: `name{labels} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub struct MetricSample {
     pub name: String,
     pub labels: Labels,
     pub value: f64,
 }
 
 /// Every sample of `text`, and the lines that could not be read (line number and why).
-pub fn parse(text: &str) -> (Vec<Sample>, Vec<String>) {
+pub fn parse(text: &str) -> (Vec<MetricSample>, Vec<String>) {
     let (mut samples, mut bad) = (Vec::new(), Vec::new());
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -31,7 +31,7 @@ pub fn parse(text: &str) -> (Vec<Sample>, Vec<String>) {
 
 /// The sum of every sample named `name` (a server with several models or engines labels one
 /// series each; their sum is the server's), or None when there is none.
-pub fn total(samples: &[Sample], name: &str) -> Option<f64> {
+pub fn total(samples: &[MetricSample], name: &str) -> Option<f64> {
     let mut values = samples
         .iter()
         .filter(|s| s.name == name)
@@ -42,7 +42,7 @@ pub fn total(samples: &[Sample], name: &str) -> Option<f64> {
 }
 
 /// The largest value of the samples named `name`.
-pub fn max(samples: &[Sample], name: &str) -> Option<f64> {
+pub fn max(samples: &[MetricSample], name: &str) -> Option<f64> {
     samples
         .iter()
         .filter(|s| s.name == name)
@@ -50,7 +50,7 @@ pub fn max(samples: &[Sample], name: &str) -> Option<f64> {
         .reduce(f64::max)
 }
 
-fn sample(line: &str) -> Result<Sample, String> {
+fn sample(line: &str) -> Result<MetricSample, String> {
     let name_end = line
         .find(|c: char| c == '{' || c.is_ascii_whitespace())
         .ok_or("no value after the metric name")?;
@@ -66,7 +66,7 @@ fn sample(line: &str) -> Result<Sample, String> {
         None => (Vec::new(), &line[name_end..]),
     };
     let value_text = rest.split_ascii_whitespace().next().ok_or("no value")?;
-    Ok(Sample {
+    Ok(MetricSample {
         name: name.to_string(),
         labels,
         value: number(value_text)?,

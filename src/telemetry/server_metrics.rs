@@ -118,7 +118,7 @@ pub struct Scrape {
 }
 
 /// The server a scrape's names come from (`vLLM`), if rigrun knows it.
-pub fn server_of(samples: &[prometheus::Sample]) -> Option<&'static str> {
+pub fn server_of(samples: &[prometheus::MetricSample]) -> Option<&'static str> {
     SERVERS
         .iter()
         .find(|(prefix, _)| samples.iter().any(|s| s.name.starts_with(prefix)))
@@ -126,7 +126,7 @@ pub fn server_of(samples: &[prometheus::Sample]) -> Option<&'static str> {
 }
 
 /// The quantities in one `/metrics` reply.
-pub fn read(t: f64, samples: &[prometheus::Sample]) -> Scrape {
+pub fn read(t: f64, samples: &[prometheus::MetricSample]) -> Scrape {
     let mut values = BTreeMap::new();
     for (quantity, name) in NAMES {
         if values.contains_key(quantity) {

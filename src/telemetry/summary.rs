@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value as Json};
 
-use super::gpu::{self, Sample};
+use super::gpu::{self, GpuSample};
 use super::number;
 use crate::events::UNKNOWN_METRICS as UNKNOWN;
 
@@ -63,8 +63,8 @@ const NO_WINDOW: &str = "the benchmark reported no measured window (measure_star
 /// per-token metrics are unknown with the reason. Energy is the host's mean power times the
 /// window's length, so samples a little late to arrive do not shorten it; `output_tokens` are
 /// the tokens made in the window (none for a point's window).
-pub fn gpu_metrics(samples: &[Sample], window: Window, output_tokens: Option<f64>) -> Map<String, Json> {
-    let inside: Vec<&Sample> = samples.iter().filter(|s| window.holds(s.t)).collect();
+pub fn gpu_metrics(samples: &[GpuSample], window: Window, output_tokens: Option<f64>) -> Map<String, Json> {
+    let inside: Vec<&GpuSample> = samples.iter().filter(|s| window.holds(s.t)).collect();
     let mut m = Map::new();
     if inside.is_empty() {
         let why = format!(
@@ -152,7 +152,7 @@ struct Power {
     peak: Option<f64>,
 }
 
-fn host_power(samples: &[&Sample]) -> Power {
+fn host_power(samples: &[&GpuSample]) -> Power {
     let mut per_gpu: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     let mut per_moment: BTreeMap<u64, f64> = BTreeMap::new();
     for s in samples {
@@ -173,17 +173,17 @@ fn host_power(samples: &[&Sample]) -> Power {
     }
 }
 
-fn mean(samples: &[&Sample], field: fn(&Sample) -> Option<f64>) -> Option<f64> {
+fn mean(samples: &[&GpuSample], field: fn(&GpuSample) -> Option<f64>) -> Option<f64> {
     let v: Vec<f64> = samples.iter().filter_map(|s| field(s)).collect();
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-fn peak(samples: &[&Sample], field: fn(&Sample) -> Option<f64>) -> Option<f64> {
+fn peak(samples: &[&GpuSample], field: fn(&GpuSample) -> Option<f64>) -> Option<f64> {
     samples.iter().filter_map(|s| field(s)).reduce(f64::max)
 }
 
 /// `gpu0:sw_power_cap`, … for every GPU held back by power or heat in the window.
-fn throttled(samples: &[&Sample]) -> Vec<String> {
+fn throttled(samples: &[&GpuSample]) -> Vec<String> {
     let mut masks: BTreeMap<u32, u64> = BTreeMap::new();
     for s in samples {
         *masks.entry(s.gpu).or_default() |= s.throttle.unwrap_or(0);
@@ -204,8 +204,8 @@ mod tests {
 
     use super::*;
 
-    fn sample(t: f64, gpu: u32, power: f64, throttle: u64) -> Sample {
-        Sample {
+    fn sample(t: f64, gpu: u32, power: f64, throttle: u64) -> GpuSample {
+        GpuSample {
             t,
             gpu,
             power_w: Some(power),

@@ -83,7 +83,7 @@ pub struct Watch {
 /// nvidia-smi's samples so far, and what went wrong with them.
 #[derive(Default)]
 struct GpuLog {
-    samples: Vec<gpu::Sample>,
+    samples: Vec<gpu::GpuSample>,
     /// This machine's clock minus the host's, as far as the samples show.
     offset: Option<f64>,
     unreadable: u64,
@@ -614,7 +614,7 @@ fn base(endpoint: &HttpEndpoint) -> &str {
 }
 
 /// `GET /metrics`: its samples and unreadable lines, or why there were none.
-async fn fetch(endpoint: &HttpEndpoint) -> Result<(Vec<prometheus::Sample>, Vec<String>), String> {
+async fn fetch(endpoint: &HttpEndpoint) -> Result<(Vec<prometheus::MetricSample>, Vec<String>), String> {
     fetch_url(endpoint, &format!("{}/metrics", base(endpoint))).await
 }
 
@@ -622,7 +622,7 @@ async fn fetch(endpoint: &HttpEndpoint) -> Result<(Vec<prometheus::Sample>, Vec<
 async fn fetch_url(
     endpoint: &HttpEndpoint,
     url: &str,
-) -> Result<(Vec<prometheus::Sample>, Vec<String>), String> {
+) -> Result<(Vec<prometheus::MetricSample>, Vec<String>), String> {
     let sent = endpoint.client.send(|c| c.get(url).timeout(SCRAPE_TIMEOUT)).await;
     let reply = sent
         .result

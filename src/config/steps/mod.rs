@@ -24,7 +24,7 @@ use super::reference::References;
 use super::render::{RenderError, Renderer};
 use super::template::{Quoting, Text};
 use crate::point::{Matrix, PointKey, StepPoint, Values};
-pub use run_sweep::Point;
+pub use run_sweep::SweepPoint;
 
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
 pub const DEFAULT_SERVER_WAIT: Duration = Duration::from_secs(30);
@@ -127,7 +127,7 @@ pub trait Describe {
     fn describe(&self, out: &mut String, head: &str);
 
     /// The sweep points the step runs (none for most kinds), for the plan's counts.
-    fn points(&self) -> &[Point] {
+    fn points(&self) -> &[SweepPoint] {
         &[]
     }
 }
@@ -193,7 +193,7 @@ macro_rules! step_kinds {
             }
 
             /// The sweep points the step runs (none for most kinds).
-            pub fn points(&self) -> &[Point] {
+            pub fn points(&self) -> &[SweepPoint] {
                 match self {
                     $(Action::$variant(p) => p.points(),)*
                     Action::Deferred { .. } => &[],

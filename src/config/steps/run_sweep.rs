@@ -71,7 +71,7 @@ impl RepeatOrder {
 
 /// One run of a point in a repeated sweep: its place in the plan and which repetition it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Run {
+pub struct ScheduledRun {
     /// The point's index in [`RunSweepPlan::points`].
     pub point: usize,
     /// From 1.
@@ -81,7 +81,7 @@ pub struct Run {
 /// Planned for one host: every point of the matrix, rendered.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSweepPlan {
-    pub points: Vec<Point>,
+    pub points: Vec<SweepPoint>,
     pub stop_on_failure: bool,
     /// Attempts after a failed one, per point (see `super::backoff`).
     pub retries: u32,
@@ -101,14 +101,21 @@ fn is_zero(n: &usize) -> bool {
 
 impl RunSweepPlan {
     /// Every run of every point, in the order the sweep makes them (see [`RepeatOrder`]).
-    pub fn runs(&self) -> Vec<Run> {
+    pub fn runs(&self) -> Vec<ScheduledRun> {
         let (points, reps) = (0..self.points.len(), 1..=self.repeat.max(1));
         match self.repeat_order {
             RepeatOrder::Interleaved => reps
-                .flat_map(|repetition| points.clone().map(move |point| Run { point, repetition }))
+                .flat_map(|repetition| {
+                    points
+                        .clone()
+                        .map(move |point| ScheduledRun { point, repetition })
+                })
                 .collect(),
             RepeatOrder::Consecutive => points
-                .flat_map(|point| reps.clone().map(move |repetition| Run { point, repetition }))
+                .flat_map(|point| {
+                    reps.clone()
+                        .map(move |repetition| ScheduledRun { point, repetition })
+                })
                 .collect(),
         }
     }
@@ -116,7 +123,7 @@ impl RunSweepPlan {
 
 /// One point of a sweep: its matrix values and either a command or the reason it is skipped.
 #[derive(Debug, Clone, Serialize)]
-pub struct Point {
+pub struct SweepPoint {
     pub values: IndexMap<String, Json>,
     pub command: String,
     pub skip: Option<String>,
@@ -125,7 +132,7 @@ pub struct Point {
     pub pending: Option<String>,
 }
 
-impl Point {
+impl SweepPoint {
     /// `concurrency=16 input_len=1000`.
     pub fn label(&self) -> String {
         point::label(&self.values)
@@ -299,7 +306,7 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
 
 impl RunSweep {
     /// One point rendered with the host's variables and the point's values.
-    fn point(&self, r: &Renderer, values: IndexMap<String, Json>) -> Result<Point, RenderError> {
+    fn point(&self, r: &Renderer, values: IndexMap<String, Json>) -> Result<SweepPoint, RenderError> {
         let mut vars = r.vars.clone();
         vars.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
         let (skip, pending) = match &self.skip_if {
@@ -310,7 +317,7 @@ impl RunSweep {
                 Err(e) => return Err(e),
             },
         };
-        Ok(Point {
+        Ok(SweepPoint {
             command: r.text(&self.command, Quoting::Shell, &vars)?,
             values,
             skip,
@@ -350,7 +357,7 @@ impl Describe for RunSweepPlan {
         }
     }
 
-    fn points(&self) -> &[Point] {
+    fn points(&self) -> &[SweepPoint] {
         &self.points
     }
 }
@@ -381,7 +388,7 @@ mod tests {
     }
 
     fn plan(points: usize, repeat: u32, repeat_order: RepeatOrder) -> RunSweepPlan {
-        let point = Point {
+        let point = SweepPoint {
             values: IndexMap::new(),
             command: String::new(),
             skip: None,
