@@ -290,6 +290,25 @@ pub enum Event {
         error: Option<String>,
         details: Json,
     },
+    /// The server a sweep measures died during a point (its process exited, or it stopped
+    /// answering), and what came of it: started again, answering again, or gone for good.
+    ServerCrashed {
+        host: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
+        step: String,
+        /// The point it died during (its label).
+        point: String,
+        /// Why it is taken for dead: the exit and its last lines, or what refused.
+        cause: String,
+        /// What came of it, in words.
+        outcome: String,
+        /// Whether the sweep went on (started again, or answering again).
+        recovered: bool,
+        /// Launch → ready of the server started again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ready_seconds: Option<f64>,
+    },
     HostFinished {
         host: String,
         status: Status,

@@ -125,6 +125,16 @@ impl Progress {
                 error: Some(e),
                 ..
             } => self.variant_said(host, variant, &format!("the server could not be stopped: {e}")),
+            Event::ServerCrashed {
+                host,
+                step,
+                point,
+                cause,
+                outcome,
+                ..
+            } => self.line(format!(
+                "[{host}] {step} {point}: the server died ({cause}); {outcome}"
+            )),
             Event::Interrupted => self.line("interrupted: stopping the commands on every host…".into()),
             _ => {}
         }

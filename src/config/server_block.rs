@@ -50,6 +50,8 @@ pub struct ServerSpec {
     pub api_key_env: Option<String>,
     /// How long a stopped server may take to exit after SIGTERM before it gets SIGKILL.
     pub stop_grace: Option<Dur>,
+    /// How many times a variant's server is started again when it crashes during a sweep.
+    pub restarts: Option<Spanned<u32>>,
     /// Axis → values; every combination is one variant, measured in the order written. Read as
     /// words (`off` stays `off`, where YAML would read a boolean); see `value_of`.
     #[serde(default)]
@@ -97,6 +99,7 @@ pub struct ServerPlan {
     pub smoke: bool,
     pub api_key_env: Option<String>,
     pub stop_grace: Duration,
+    pub restarts: u32,
 }
 
 /// How long a server may take to exit after SIGTERM when the playbook does not say.
@@ -205,6 +208,7 @@ impl ServerSpec {
             smoke: self.smoke,
             api_key_env: self.api_key_env.clone(),
             stop_grace: self.stop_grace.map_or(DEFAULT_STOP_GRACE, |d| d.0),
+            restarts: super::steps::restarts(r, &self.restarts)?,
         })
     }
 }

@@ -97,6 +97,9 @@ impl HostJob {
             workdir: String::new(),
             home,
             servers: Vec::new(),
+            variant_server: None,
+            checked_server: None,
+            server_gone: None,
             work: self
                 .works
                 .first()

@@ -13,6 +13,7 @@ use crate::config::server_block::ServerPlan;
 use crate::config::HostVars;
 use crate::events::{Event, PointRun, Record, RecordStatus, Status};
 use crate::plan;
+use crate::steps::server_job::ServerJob;
 use crate::steps::variant_server::{self, StartFailure};
 use crate::steps::{self, HostCtx};
 
@@ -87,7 +88,7 @@ async fn run_variant(
         .await
         .map_err(|e| at("starting the server", format!("{e:#}")))?;
     let failure = match ready {
-        Ok(startup) => measure(job, ctx, (plan, vars), startup)
+        Ok(startup) => measure(job, ctx, (plan, vars), (&running.job, startup))
             .await
             .map(|s| at(&s.step, s.error)),
         Err(failed) => Some(failed_to_start(job, ctx, (plan, vars), failed)),
@@ -114,12 +115,14 @@ async fn measure(
     job: &HostJob,
     ctx: &mut HostCtx,
     (plan, vars): (&ServerPlan, &HostVars),
-    startup: Json,
+    (server, startup): (&ServerJob, Json),
 ) -> Option<Stop> {
     let name = plan.variant.name().unwrap_or("server");
     ready_event(ctx, name, Status::Ok, None, startup.clone());
     startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
+    (ctx.variant_server, ctx.server_gone) = (Some(server.clone()), None);
     let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
+    ctx.variant_server = None;
     for started in ctx.servers.drain(..) {
         started.stop();
     }

@@ -385,7 +385,7 @@ fn unmeasured(runs: &[Run], step_index: usize, step: &str, looks: &Looks) -> Vec
                 let Some((status, why)) = why_unmeasured(&of_point, || {
                     planned
                         .has(step_index, step, &point.label)
-                        .then(|| not_run_reason(&run.manifest, &column))
+                        .then(|| not_run_reason(&run.manifest, &column, step_index))
                 }) else {
                     continue;
                 };

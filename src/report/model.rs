@@ -30,7 +30,7 @@ impl Report {
     /// attempt. Every format says them first.
     pub fn notices(&self) -> impl Iterator<Item = (&RunSummary, &str)> {
         self.runs.iter().flat_map(|r| {
-            [&r.notice, &r.attempts]
+            [&r.notice, &r.attempts, &r.server_crashes]
                 .into_iter()
                 .filter_map(move |n| n.as_deref().map(|n| (r, n)))
         })
@@ -58,6 +58,8 @@ pub struct RunSummary {
     pub notice: Option<String>,
     /// How many attempts the run took, when more than one (resumed, or points run again).
     pub attempts: Option<String>,
+    /// The servers that died during a point, and what came of each, when any did.
+    pub server_crashes: Option<String>,
     /// The number of times a rigrun process worked on the run (1 + resumes).
     pub sessions: usize,
     /// Points whose latest attempt is not their first.
@@ -75,6 +77,7 @@ impl RunSummary {
             status: m.status,
             notice: notice(run),
             attempts: attempts(run),
+            server_crashes: server_crashes(run),
             sessions: m.attempts(),
             rerun: run.rerun,
         }
@@ -106,6 +109,22 @@ fn attempts(run: &Run) -> Option<String> {
             ))
         }
     }
+}
+
+/// `run X: on h1 the server died during run-sweep concurrency=8 (…); started again …`, per
+/// crash, when a server died during a point.
+fn server_crashes(run: &Run) -> Option<String> {
+    let said: Vec<String> = (run.manifest.hosts.iter())
+        .flat_map(|(host, entry)| entry.server_crashes.iter().map(move |c| (host, c)))
+        .map(|(host, c)| {
+            let column = crate::point::column(host, c.variant.as_deref());
+            format!(
+                "on {column} the server died during {} ({}); {}",
+                c.at, c.cause, c.outcome
+            )
+        })
+        .collect();
+    (!said.is_empty()).then(|| format!("run {}: {}", run.manifest.run_id, said.join("; ")))
 }
 
 /// What a reader must know before trusting a run's tables, if anything; a run that can go on

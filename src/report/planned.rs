@@ -138,7 +138,7 @@ impl Planned {
                 reason: "skipped (its record could not be read)".into(),
             },
             None => Cell::NotRun {
-                reason: not_run_reason(&run.manifest, column),
+                reason: not_run_reason(&run.manifest, column, index),
             },
         }
     }
@@ -187,12 +187,24 @@ fn plan_place(points: &IndexMap<String, point::Values>, row: &str) -> usize {
     })
 }
 
-/// Why `host` did not run a point of step `index`: its host failed (at that step or before),
-/// the run was interrupted or abandoned, or is still going.
-pub fn not_run_reason(manifest: &Manifest, column: &str) -> String {
+/// Why `column` did not run a point of step `step_index`: the sweep stopped short and said why
+/// (its server gone), its host failed (at that step or before), the run was interrupted or
+/// abandoned, or is still going.
+pub fn not_run_reason(manifest: &Manifest, column: &str, step_index: usize) -> String {
     // A column is a host, or `host/variant`.
-    let host = column.split_once('/').map_or(column, |(host, _)| host);
+    let (host, variant) = column
+        .split_once('/')
+        .map_or((column, None), |(h, v)| (h, Some(v)));
     let entry = manifest.hosts.get(host);
+    // The sweep said why it stopped short (the server it measures died and did not come back).
+    let said = entry.and_then(|h| {
+        let mut latest = h.steps.iter().rev();
+        let step = latest.find(|s| s.index == step_index && s.variant.as_deref() == variant)?;
+        step.details.get("not_run")?.as_str()
+    });
+    if let Some(said) = said {
+        return said.to_string();
+    }
     let status = entry.and_then(|h| h.status);
     match (status, entry.and_then(|h| h.failed_step.as_deref())) {
         (Some(Status::Failed), Some(step)) => format!("{host} failed at {step}"),

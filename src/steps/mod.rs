@@ -6,9 +6,11 @@ mod copy_script;
 mod fetch_results;
 pub mod record_line;
 mod run_sweep;
+pub mod server_job;
 mod server_probe;
 mod shell;
 mod start_server;
+mod sweep_server;
 pub mod variant_server;
 mod verify_server;
 
@@ -23,6 +25,7 @@ use serde_json::{json, Value as Json};
 pub use command::{run_logged, StdoutLine};
 pub use copy_script::upload_if_changed;
 pub use start_server::BackgroundServer;
+pub use sweep_server::CheckedServer;
 
 use crate::config::server_block::Variant;
 use crate::config::steps::run_sweep::SweepPoint;
@@ -49,6 +52,13 @@ pub struct HostCtx {
     pub workdir: String,
     /// Servers started by `start-server`, stopped when the host's playbook ends.
     pub servers: Vec<BackgroundServer>,
+    /// The variant's server while its steps run, for the sweeps that measure it.
+    pub variant_server: Option<server_job::ServerJob>,
+    /// The server `verify-server` checked last, for the sweeps that measure it.
+    pub checked_server: Option<CheckedServer>,
+    /// Why the server the sweeps measure is gone for good (it died and did not come back):
+    /// later sweeps do not run their points, and say this.
+    pub server_gone: Option<String>,
     /// What is left to do on the host: in a resumed run, which sweep points run as which
     /// attempt (everything, as attempt 1, in a new run). Per variant, with variants.
     pub work: Arc<crate::resume::HostWork>,

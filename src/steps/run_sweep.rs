@@ -10,6 +10,11 @@
 //! While the sweep runs, its host is watched (`crate::telemetry`): its GPUs when it has
 //! nvidia-smi, and the server verify-server checked. Each record gets the telemetry of its
 //! window and the problems it shows; each point's samples go beside its logs.
+//!
+//! The server the sweep measures is watched too (`sweep_server.rs`): when it dies during a
+//! point, the point ends at once, failed with the cause; the server is started again or waited
+//! for, and the point follows `retries:`. A server gone for good leaves the sweep's remaining
+//! points (and later sweeps') not run, with the reason in the step's details (`not_run`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -19,6 +24,7 @@ use serde_json::json;
 
 use super::command::CommandEnd;
 use super::record_line::{self, Line};
+use super::sweep_server::SweepServer;
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{RunSweepPlan, SweepPoint};
@@ -38,8 +44,13 @@ pub async fn run(
     vars: &HostVars,
 ) -> Result<StepOutcome> {
     let dir = ctx.step_dir(step)?;
+    if let Some(reason) = &ctx.server_gone {
+        return Ok(Tally::default().outcome(plan, Some(reason)));
+    }
     let watch = start_watch(ctx, step, &dir, vars).await;
+    let server = SweepServer::of(ctx).await;
     let mut tally = Tally::default();
+    let mut gone = None;
     for run in plan.runs() {
         let (n, repetition) = (run.point, run.repetition);
         let point = &plan.points[n];
@@ -56,22 +67,26 @@ pub async fn run(
                         repetition,
                         first: attempt,
                     };
-                    run_point(ctx, (step, &watch), plan, point, at).await?
+                    run_point(ctx, (step, &watch, server.as_ref()), plan, point, at).await?
                 }
             },
         };
         let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && plan.stop_on_failure;
+        if let Outcome::ServerGone { not_run, .. } = &outcome {
+            gone = Some(not_run.clone());
+        }
         let shown = match plan.repeat {
             0 | 1 => label,
             _ => format!("{label} (repetition {repetition})"),
         };
         tally.add(&shown, outcome);
-        if stop {
+        if stop || gone.is_some() {
             break;
         }
     }
-    let mut outcome = tally.outcome(plan);
+    let mut outcome = tally.outcome(plan, gone.as_ref());
     outcome.details["telemetry"] = watch.details();
+    ctx.server_gone = gone;
     Ok(outcome)
 }
 
@@ -133,8 +148,17 @@ async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostV
 /// How a point ended: run now (`fresh`) or kept from an earlier attempt.
 enum Outcome {
     Ok,
-    Failed { reason: String, fresh: bool },
+    Failed {
+        reason: String,
+        fresh: bool,
+    },
     Skipped,
+    /// Failed as its server died, and the server did not come back: the sweep ends here, and
+    /// `not_run` says why its other points are not run.
+    ServerGone {
+        reason: String,
+        not_run: String,
+    },
 }
 
 impl Outcome {
@@ -160,22 +184,31 @@ impl Tally {
         match outcome {
             Outcome::Ok => self.ok += 1,
             Outcome::Skipped => self.skipped += 1,
-            Outcome::Failed { reason, .. } => self.failed.push(format!("{label}: {reason}")),
+            Outcome::Failed { reason, .. } | Outcome::ServerGone { reason, .. } => {
+                self.failed.push(format!("{label}: {reason}"))
+            }
         }
     }
 
-    fn outcome(self, plan: &RunSweepPlan) -> StepOutcome {
+    /// The sweep's outcome; `not_run`: why the points it did not reach were not run (the server
+    /// it measures is gone), kept in its details for the tables.
+    fn outcome(self, plan: &RunSweepPlan, not_run: Option<&String>) -> StepOutcome {
         let total = plan.points.len() * plan.repeat.max(1) as usize;
-        let details =
+        let mut details =
             json!({ "points": total, "ok": self.ok, "failed": self.failed.len(), "skipped": self.skipped });
-        if self.failed.is_empty() {
+        if self.failed.is_empty() && not_run.is_none() {
             return StepOutcome::ok(details);
         }
-        let error = format!(
-            "{} of {total} points failed ({})",
-            self.failed.len(),
-            self.failed.join("; ")
-        );
+        let mut error = match self.failed.len() {
+            0 => String::new(),
+            n => format!("{n} of {total} points failed ({})", self.failed.join("; ")),
+        };
+        if let Some(why) = not_run {
+            details["not_run"] = json!(format!("not run: {why}"));
+            let left = total - self.ok - self.skipped - self.failed.len();
+            let sep = if error.is_empty() { "" } else { "; " };
+            error = format!("{error}{sep}{left} of {total} points not run: {why}");
+        }
         StepOutcome {
             status: Status::Failed,
             error: Some(error),
@@ -270,7 +303,7 @@ fn attempt_at(step: &PlannedStep, point: &SweepPoint, run: PointRun) -> PointAtt
 /// short by the interrupt is recorded lost as it is dropped (see [`CutShort`]).
 async fn run_point(
     ctx: &HostCtx,
-    (step, watch): (&PlannedStep, &Watch),
+    (step, watch, server): (&PlannedStep, &Watch, Option<&SweepServer>),
     plan: &RunSweepPlan,
     point: &SweepPoint,
     at: Attempts<'_>,
@@ -295,7 +328,8 @@ async fn run_point(
             at: &this,
             started,
         };
-        let ended = run_attempt(ctx, (step, watch), point, &log_base, &job, at.run(attempt)).await;
+        let watching = (step, watch, server);
+        let ended = run_attempt(ctx, watching, point, &log_base, &job, at.run(attempt)).await;
         std::mem::forget(cut_short);
         let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) => {
@@ -316,7 +350,28 @@ async fn run_point(
             // The point fails, not the host: the next point may find room again.
             Err(e) if crate::transport::is_disk_full(&e) => (format!("{e:#}"), None),
             Err(e) => return Err(e),
-            Ok(end) => match end.failure(step.timeout) {
+            Ok(Attempted::ServerDied(cause)) => {
+                let server = server.expect("only a watched server dies");
+                let said = format!("the server died during the point: {cause}");
+                match server.recover(ctx, (&step.name, &label), &cause).await {
+                    Ok(words) => (format!("{said}; {words}"), None),
+                    Err(why_not) => {
+                        let why = format!("{said}; {why_not}");
+                        finish_attempt(
+                            ctx,
+                            (step, point, &this),
+                            RecordStatus::Failed,
+                            &why,
+                            None,
+                            started,
+                        );
+                        let not_run =
+                            format!("the server died during {label} and did not come back: {why_not}");
+                        return Ok(Outcome::ServerGone { reason: why, not_run });
+                    }
+                }
+            }
+            Ok(Attempted::Ended(end)) => match end.failure(step.timeout) {
                 None => {
                     let end = PointEnd {
                         status: RecordStatus::Ok,
@@ -402,12 +457,12 @@ enum Made {
 /// are written to `<log_base>.telemetry.jsonl` when it ends.
 async fn run_attempt(
     ctx: &HostCtx,
-    (step, watch): (&PlannedStep, &Watch),
+    (step, watch, server): (&PlannedStep, &Watch, Option<&SweepServer>),
     point: &SweepPoint,
     log_base: &Path,
     job: &str,
     run: PointRun,
-) -> Result<CommandEnd> {
+) -> Result<Attempted> {
     let label = point.label();
     let mut mark = watch.point_started().await;
     let (made, mut arrived) = tokio::sync::mpsc::unbounded_channel();
@@ -461,9 +516,26 @@ async fn run_attempt(
             }
         }
     };
-    let (ended, ()) = tokio::join!(command, records);
+    // A server that dies ends the command (dropped, it is stopped on the host); what it printed
+    // until then is still recorded.
+    let guarded = async {
+        let Some(server) = server else {
+            return command.await.map(Attempted::Ended);
+        };
+        tokio::select! {
+            ended = command => ended.map(Attempted::Ended),
+            cause = server.died(ctx) => Ok(Attempted::ServerDied(cause)),
+        }
+    };
+    let (ended, ()) = tokio::join!(guarded, records);
     watch.point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"));
     ended
+}
+
+/// How an attempt's command ended: by itself, or cut short as the server it measures died.
+enum Attempted {
+    Ended(CommandEnd),
+    ServerDied(String),
 }
 
 /// An attempt that did not end the point well, `status` failed or lost: recorded with `why`

@@ -63,6 +63,23 @@ pub async fn already_answering(endpoint: &HttpEndpoint, api_key: Option<&str>) -
     ))
 }
 
+/// Why the server refuses `GET /v1/models`, when it does: no connection, or one closed
+/// unanswered. Any reply means it is up, and so does a reply that is only slow (a busy server
+/// answers late; the point's own timeout judges a hung one).
+pub async fn refuses(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Option<String> {
+    let url = models_url(&endpoint.base_url);
+    let sent = endpoint
+        .client
+        .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(5)))
+        .await
+        .result;
+    match sent {
+        Ok(_) => None,
+        Err(e) if e.is_timeout() => None,
+        Err(e) => Some(format!("GET {url}: {}", explain(&e))),
+    }
+}
+
 /// The URL of `/v1/models`, and its reply (status and body) or why none came.
 async fn models_reply(
     endpoint: &HttpEndpoint,

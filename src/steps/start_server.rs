@@ -7,71 +7,28 @@
 //! host's playbook, Ctrl-C or rigrun's lease running out does. A kept server is started in its
 //! own session, logging on the host, and left running.
 
-use std::collections::VecDeque;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use anyhow::Result;
 use serde_json::json;
-use tokio::task::JoinHandle;
 
+use super::server_job::{Launch, ServerJob, Watch};
 use super::server_probe::{already_answering, wait_until_up};
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::start_server::StartServerPlan;
 use crate::config::template::shell_quote;
-use crate::events::Event;
 use crate::plan::PlannedStep;
 use crate::transport::wrapper::new_marker;
-use crate::transport::{line_text, Job, JobEnd, Output};
-
-const TAIL_LINES: usize = 20;
-
-/// Lines of its log quoted when a server exits before answering.
-const GONE_LINES: usize = 5;
 
 /// A server rigrun keeps running for the rest of the host's playbook.
 pub struct BackgroundServer {
     pub name: String,
-    task: JoinHandle<()>,
+    /// Shared with the sweeps that measure it (they start it again after a crash).
+    pub job: ServerJob,
 }
 
 impl BackgroundServer {
-    /// Drops the server's follower, which tells the host to stop it (see `transport/job.rs`).
+    /// Stops following the server, which tells the host to stop it (see `transport/job.rs`).
     pub fn stop(self) {
-        self.task.abort();
-    }
-}
-
-/// The last lines the server printed, and how it ended if it did.
-#[derive(Default)]
-pub(super) struct Watch {
-    tail: VecDeque<String>,
-    ended: Option<String>,
-}
-
-impl Watch {
-    /// Why the server is gone, with its last lines; None while it runs.
-    pub(super) fn gone(watch: &Mutex<Watch>) -> Option<String> {
-        let w = watch.lock().ok()?;
-        let ended = w.ended.clone()?;
-        // Its last words, where a bad flag or an out-of-memory error is said.
-        let said: Vec<&String> = w.tail.iter().filter(|l| !l.trim().is_empty()).collect();
-        let tail: Vec<&str> = said[said.len().saturating_sub(GONE_LINES)..]
-            .iter()
-            .map(|l| l.as_str())
-            .collect();
-        Some(format!(
-            "the server exited ({ended}); its last lines: {}",
-            tail.join(" | ")
-        ))
-    }
-
-    /// The last lines the server printed (at most [`TAIL_LINES`]).
-    pub(super) fn tail(watch: &Mutex<Watch>) -> Vec<String> {
-        watch
-            .lock()
-            .map(|w| w.tail.iter().cloned().collect())
-            .unwrap_or_default()
+        self.job.abort();
     }
 }
 
@@ -88,26 +45,24 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
         ));
     }
     let log_path = ctx.step_dir(step)?.join("server.log");
-    let watch = Arc::new(Mutex::new(Watch::default()));
-    let (task, detached) = if plan.keep {
+    let (job, detached) = if plan.keep {
         (None, Some(start_detached(ctx, step, command).await?))
     } else {
-        (
+        let launch = Launch {
             // Never attached to by a resumed run: a server is started anew.
-            Some(spawn_job(
-                ctx,
-                &format!("s{:02}-server-{}", step.index + 1, &new_marker()[9..17]),
-                (&step.name, command),
-                &log_path,
-                watch.clone(),
-            )?),
-            None,
-        )
+            name: format!("s{:02}-server-{}", step.index + 1, &new_marker()[9..17]),
+            label: step.name.clone(),
+            command: command.to_string(),
+            url: url.to_string(),
+            api_key: None,
+            wait: plan.wait,
+            restarts: plan.restarts,
+            log: log_path.clone(),
+        };
+        (Some(ServerJob::spawn(ctx, launch)?), None)
     };
-    let gone = {
-        let watch = watch.clone();
-        move || Watch::gone(&watch)
-    };
+    let watch = job.as_ref().map(ServerJob::watch);
+    let gone = move || watch.as_deref().and_then(Watch::gone);
     let details = json!({
         "command": command,
         "url": url,
@@ -126,10 +81,10 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
     };
     match answered {
         Ok((info, waited)) => {
-            if let Some(task) = task {
+            if let Some(job) = job {
                 ctx.servers.push(BackgroundServer {
                     name: step.name.clone(),
-                    task,
+                    job,
                 });
             }
             let mut details = details;
@@ -138,62 +93,12 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &StartServerPlan) 
             Ok(StepOutcome::ok(details))
         }
         Err(e) => {
-            if let Some(task) = task {
-                task.abort();
+            if let Some(job) = job {
+                job.abort();
             }
             Ok(StepOutcome::failed(format!("{e:#}"), details))
         }
     }
-}
-
-/// Runs the server as the run's detached job `name` (see `transport/job.rs`: it outlives a
-/// lost connection and is followed again); its output goes to `log_path` here, its warnings
-/// are said under `label`. Aborting the task stops it on the host.
-pub(super) fn spawn_job(
-    ctx: &HostCtx,
-    name: &str,
-    (label, command): (&str, &str),
-    log_path: &std::path::Path,
-    watch: Arc<Mutex<Watch>>,
-) -> Result<JoinHandle<()>> {
-    let mut log = std::fs::File::create(log_path)?;
-    let transport = ctx.transport.clone();
-    let (name, command) = (name.to_string(), command.to_string());
-    let (events, host, label) = (ctx.events.clone(), ctx.host.clone(), label.to_string());
-    Ok(tokio::spawn(async move {
-        let tail_watch = watch.clone();
-        let mut on_output = move |_stream, output: Output| {
-            let Output::Line(line) = output else { return };
-            let line = line_text(line);
-            let _ = writeln!(log, "{line}");
-            if let Ok(mut w) = tail_watch.lock() {
-                if w.tail.len() == TAIL_LINES {
-                    w.tail.pop_front();
-                }
-                w.tail.push_back(line.into_owned());
-            }
-        };
-        // The connection lost and got back: said once.
-        let mut on_warning = |message: String| {
-            let _ = events.send(Event::Notice {
-                host: host.clone(),
-                message: format!("{label}: {message}"),
-            });
-        };
-        let job = Job {
-            name: &name,
-            command: &command,
-            timeout: None,
-        };
-        let ended = match transport.run_job(&job, &mut on_output, &mut on_warning).await {
-            Ok(JobEnd::Exited(code)) => format!("exit code {code}"),
-            Ok(JobEnd::TimedOut) => "stopped".to_string(),
-            Err(e) => format!("{e:#}"),
-        };
-        if let Ok(mut w) = watch.lock() {
-            w.ended = Some(ended);
-        }
-    }))
 }
 
 /// Where a kept server logs on the host, and its process group there (`kill -TERM -PGID` stops it).

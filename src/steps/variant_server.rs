@@ -3,16 +3,13 @@
 //! completion, and stopped for good (TERM, KILL after the grace, its processes gone from the
 //! host and from the GPUs) before the next variant starts.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde_json::{json, Value as Json};
-use tokio::task::JoinHandle;
 
+use super::server_job::{Launch, ServerJob, Watch};
 use super::server_probe::{already_answering, server_facts, smoke, wait_until_up};
-use super::start_server::{spawn_job, Watch};
 use super::verify_server::api_key;
 use super::HostCtx;
 use crate::config::server_block::ServerPlan;
@@ -20,21 +17,11 @@ use crate::config::server_block::ServerPlan;
 /// How long the server's follower may take to report the end of a stopped server.
 const FOLLOWER_END: Duration = Duration::from_secs(10);
 
-/// A variant's server, running as a job of the run. Dropped (Ctrl-C), it is stopped on the host.
+/// A variant's server, running as a job of the run (started again by the sweeps that see it
+/// crash). Dropped (Ctrl-C) with the last handle to its job, it is stopped on the host.
 pub struct RunningServer {
-    job: String,
-    task: Option<JoinHandle<()>>,
-    watch: Arc<Mutex<Watch>>,
+    pub job: ServerJob,
     grace: Duration,
-    pub log: PathBuf,
-}
-
-impl Drop for RunningServer {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
 }
 
 /// A variant that did not come up: why, and what it printed last.
@@ -63,27 +50,31 @@ pub async fn already_answered(ctx: &HostCtx, plan: &ServerPlan) -> Result<Option
 pub async fn start(ctx: &HostCtx, plan: &ServerPlan) -> Result<(RunningServer, Result<Json, StartFailure>)> {
     let log = ctx.variant_dir().join("server.log");
     std::fs::create_dir_all(ctx.variant_dir())?;
-    let watch = Arc::new(Mutex::new(Watch::default()));
-    let job = format!(
-        "{}server-{}",
-        ctx.job_prefix(),
-        &crate::transport::wrapper::new_marker()[9..17]
-    );
+    let launch = Launch {
+        name: format!(
+            "{}server-{}",
+            ctx.job_prefix(),
+            &crate::transport::wrapper::new_marker()[9..17]
+        ),
+        label: "server".into(),
+        command: plan.command.clone(),
+        url: plan.url.clone(),
+        api_key: api_key(plan.api_key_env.as_deref())?,
+        wait: plan.wait,
+        restarts: plan.restarts,
+        log: log.clone(),
+    };
     let launched = Instant::now();
-    let task = spawn_job(ctx, &job, ("server", &plan.command), &log, watch.clone())?;
     let server = RunningServer {
-        job,
-        task: Some(task),
-        watch,
+        job: ServerJob::spawn(ctx, launch)?,
         grace: plan.stop_grace,
-        log,
     };
     let ready = until_ready(ctx, plan, &server, launched).await;
     let ready = ready.map_err(|reason| StartFailure {
         details: json!({
             "command": plan.command,
-            "log": server.log.strip_prefix(&ctx.run_dir).unwrap_or(&server.log).display().to_string(),
-            "log_tail": Watch::tail(&server.watch),
+            "log": log.strip_prefix(&ctx.run_dir).unwrap_or(&log).display().to_string(),
+            "log_tail": Watch::tail(&server.job.watch()),
         }),
         reason,
     });
@@ -100,7 +91,7 @@ async fn until_ready(
     let text = |e: anyhow::Error| format!("{e:#}");
     let key = api_key(plan.api_key_env.as_deref()).map_err(text)?;
     let endpoint = ctx.transport.http_endpoint(&plan.url).await.map_err(text)?;
-    let watch = server.watch.clone();
+    let watch = server.job.watch();
     let gone = move || Watch::gone(&watch);
     let (info, _) = wait_until_up(&endpoint, plan.wait, key.as_deref(), &gone)
         .await
@@ -128,12 +119,14 @@ async fn until_ready(
     Ok(startup)
 }
 
-/// Stops the server for good: TERM, KILL after its grace, then waits until its process group is
-/// gone and no pid of it is on the GPUs (job.sh `end`). What it reports goes in the details.
-pub async fn stop(ctx: &HostCtx, mut server: RunningServer) -> Result<Json> {
+/// Stops the server for good (and every job it was restarted as): TERM, KILL after its grace,
+/// then waits until its process group is gone and no pid of it is on the GPUs (job.sh `end`).
+/// What it reports goes in the details.
+pub async fn stop(ctx: &HostCtx, server: RunningServer) -> Result<Json> {
     let started = Instant::now();
-    let groups = ctx.transport.end_jobs(&server.job, server.grace).await?;
-    if let Some(task) = server.task.take() {
+    let jobs = format!("{}*", server.job.launch().name);
+    let groups = ctx.transport.end_jobs(&jobs, server.grace).await?;
+    if let Some(task) = server.job.take_task() {
         // The follower ends once the job's group is gone; a follower stuck on a lost link is
         // dropped, which says `stop` once more.
         let aborter = task.abort_handle();

@@ -56,6 +56,11 @@ pub async fn run(ctx: &mut HostCtx, plan: &VerifyServerPlan) -> Result<StepOutco
             Err(e) => return Ok(StepOutcome::failed(format!("{e:#}"), details)),
         }
     }
+    ctx.checked_server = Some(super::CheckedServer {
+        url: url.clone(),
+        api_key,
+        down_for: plan.down_for,
+    });
     let mut outcome = StepOutcome::ok(details);
     outcome.provides.insert("server".into(), info.as_var(url));
     Ok(outcome)

@@ -138,6 +138,9 @@ pub struct HostEntry {
     /// What the user must know that did not stop the host (shown again when the run ends).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The servers that died during a point on the host, and what came of each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_crashes: Vec<ServerCrash>,
     /// The server variants run on the host, by label, in the order they started.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub variants: IndexMap<String, VariantEntry>,
@@ -171,6 +174,21 @@ pub struct VariantEntry {
     pub startup: Details,
     #[serde(default)]
     pub stop: Json,
+}
+
+/// A server that died during a point: where, why, and what came of it (see `Event::ServerCrashed`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServerCrash {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// The step and point it died during.
+    pub at: String,
+    pub cause: String,
+    pub outcome: String,
+    pub recovered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_seconds: Option<f64>,
+    pub when: DateTime<Utc>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -252,6 +270,24 @@ impl Manifest {
                 error,
                 details,
             } => self.host(host).variant(variant).stopped(error, details),
+            Event::ServerCrashed {
+                host,
+                variant,
+                step,
+                point,
+                cause,
+                outcome,
+                recovered,
+                ready_seconds,
+            } => self.host(host).server_crashes.push(ServerCrash {
+                variant: variant.clone(),
+                at: format!("{step} {point}"),
+                cause: cause.clone(),
+                outcome: outcome.clone(),
+                recovered: *recovered,
+                ready_seconds: *ready_seconds,
+                when: now,
+            }),
             Event::Interrupted => self.mark_interrupted(now),
             Event::RunFinished { status } => self.finish(*status, now),
             _ => return false,

@@ -9,6 +9,8 @@ mod common;
 mod reporting;
 #[path = "../resume_support/mod.rs"]
 mod resume_support;
+#[path = "../server_support/mod.rs"]
+mod server_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
@@ -30,6 +32,7 @@ mod report_slo;
 mod report_width;
 mod report_workload;
 mod resume;
+mod server_dies;
 mod shipped_playbooks;
 mod sim_http;
 mod sim_model;

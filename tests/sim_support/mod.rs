@@ -24,8 +24,17 @@ pub fn rigrun(args: &[&str]) -> Output {
 impl Sim {
     /// Starts `rigrun sim --profile <profile> --port 0 <extra>` and waits until it serves.
     pub fn start(profile: &str, extra: &[&str]) -> Self {
+        Self::spawn(profile, 0, extra)
+    }
+
+    /// Starts `rigrun sim --profile <profile> --port <port>` and waits until it serves.
+    pub fn start_at(profile: &str, port: u16) -> Self {
+        Self::spawn(profile, port, &[])
+    }
+
+    fn spawn(profile: &str, port: u16, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rigrun"))
-            .args(["sim", "--profile", profile, "--port", "0"])
+            .args(["sim", "--profile", profile, "--port", &port.to_string()])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

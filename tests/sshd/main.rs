@@ -6,6 +6,8 @@ mod bench_support;
 mod common;
 #[path = "../resume_support/mod.rs"]
 mod resume_support;
+#[path = "../server_support/mod.rs"]
+mod server_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
@@ -13,4 +15,5 @@ mod bench_sweep;
 mod fetch_results;
 mod quiet_login;
 mod resume;
+mod server_dies;
 mod ssh_run;

@@ -5,7 +5,7 @@ use crate::common::{free_port, processes_with, records, rigrun, sh, text, Client
 use crate::resume_support::{interrupt_then_resume, latest_records, point_started, spawn, wait_for_event};
 
 /// A loopback sshd as host `a`, written to `dir/hosts.yaml`; it runs while the value lives.
-fn loopback_host(dir: &std::path::Path) -> Sshd {
+pub fn loopback_host(dir: &std::path::Path) -> Sshd {
     let key = ClientKey::new(dir);
     let sshd = Sshd::start(dir, "a", &key);
     let known_hosts = dir.join("known_hosts");

@@ -29,6 +29,33 @@ pub use run_sweep::SweepPoint;
 /// How long `verify-server` and `start-server` wait for a server when the playbook does not say.
 pub const DEFAULT_SERVER_WAIT: Duration = Duration::from_secs(30);
 
+/// How many times a server rigrun started is started again after it crashed, when the
+/// playbook does not say (`restarts:` of `start-server` and `server:`).
+pub const DEFAULT_RESTARTS: u32 = 2;
+
+/// The most restarts a server may be given: a server that crashes more often is broken.
+pub const MAX_RESTARTS: u32 = 10;
+
+/// How long a server rigrun did not start may take to answer again after it stopped answering
+/// during a sweep, when `verify-server` does not say (`down_for:`).
+pub const DEFAULT_DOWN_FOR: Duration = Duration::from_secs(300);
+
+/// `restarts:` as written, checked against [`MAX_RESTARTS`].
+pub fn restarts(r: &Renderer, written: &Option<Spanned<u32>>) -> Result<u32, RenderError> {
+    match written {
+        Some(n) if n.value > MAX_RESTARTS => Err(r.error(
+            n,
+            format!(
+                "restarts: {} is too many: at most {MAX_RESTARTS} (a server that crashes more often \
+                 needs fixing, not restarting)",
+                n.value
+            ),
+        )),
+        Some(n) => Ok(n.value),
+        None => Ok(DEFAULT_RESTARTS),
+    }
+}
+
 /// The most retries a step may ask for: with the backoff (1 s doubling to at most
 /// [`MAX_BACKOFF`]) that is minutes of waiting, beyond which a failing command is broken, not
 /// unlucky.

@@ -24,6 +24,9 @@ pub struct StartServer {
     /// Leave the server running when the playbook ends on this host.
     #[serde(default)]
     pub keep: bool,
+    /// How many times the server is started again when it crashes during a sweep (default 2;
+    /// a kept server is not: it is not rigrun's job).
+    pub restarts: Option<serde_saphyr::Spanned<u32>>,
 }
 
 /// Planned for one host.
@@ -33,6 +36,7 @@ pub struct StartServerPlan {
     pub url: String,
     pub wait: Duration,
     pub keep: bool,
+    pub restarts: u32,
 }
 
 impl StepKind for StartServer {
@@ -50,6 +54,7 @@ impl Plans for StartServer {
             url: r.render(&self.url, Quoting::Plain)?,
             wait: self.wait.map_or(DEFAULT_SERVER_WAIT, |d| d.0),
             keep: self.keep,
+            restarts: super::restarts(r, &self.restarts)?,
         })
     }
 }

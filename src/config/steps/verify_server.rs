@@ -27,6 +27,9 @@ pub struct VerifyServer {
     pub smoke: bool,
     /// Name of a local environment variable holding the API key (sent as a bearer token).
     pub api_key_env: Option<String>,
+    /// How long the server may take to answer again when it stops answering during a sweep,
+    /// before the sweep's remaining points are not run (default 5m).
+    pub down_for: Option<Dur>,
 }
 
 /// Planned for one host.
@@ -37,6 +40,7 @@ pub struct VerifyServerPlan {
     pub wait: Duration,
     pub smoke: bool,
     pub api_key_env: Option<String>,
+    pub down_for: Duration,
 }
 
 impl StepKind for VerifyServer {
@@ -61,6 +65,7 @@ impl Plans for VerifyServer {
             wait: self.wait.map_or(DEFAULT_SERVER_WAIT, |d| d.0),
             smoke: self.smoke,
             api_key_env: self.api_key_env.clone(),
+            down_for: self.down_for.map_or(super::DEFAULT_DOWN_FOR, |d| d.0),
         })
     }
 }
