@@ -167,3 +167,39 @@ fn a_server_rigrun_did_not_start_that_answers_again_within_down_for_lets_the_swe
     assert_eq!(latest(&records, 3)["status"], "ok", "{records:#?}");
     drop(again);
 }
+
+#[test]
+fn a_variants_server_that_dies_is_started_again_and_stopped_with_its_variant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let port = free_port();
+    one_local_host(dir, "", "");
+    let playbook = format!(
+        "name: dies\nserver:\n  command: \"{{{{ rigrun }}}} sim --profile tiny --port {port}\"\n  \
+         url: \"http://127.0.0.1:{port}\"\n  smoke: false\n  variants: {{v: [a, b]}}\nsteps:\n{}",
+        sweep(dir, 0)
+    );
+    let (out, run_dir) = run_and_kill(dir, &playbook, || kill_sim(port));
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let records = records(&run_dir);
+    let of_variant = |v: &str| -> Vec<serde_json::Value> {
+        let of = records.iter().filter(|r| r["variant"]["v"] == v);
+        of.cloned().collect()
+    };
+    let died = latest(&of_variant("a"), 2);
+    let reason = died["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the server exited (killed by signal 9"),
+        "{reason}"
+    );
+    assert!(reason.contains("started again (restart 1 of 2)"), "{reason}");
+    assert_eq!(latest(&of_variant("a"), 3)["status"], "ok");
+    // Variant b's server started only once a's (restarted) server was stopped and gone.
+    for n in [1, 2, 3] {
+        assert_eq!(latest(&of_variant("b"), n)["status"], "ok", "b n={n}");
+    }
+    let crash = &manifest(&run_dir)["hosts"]["h"]["server_crashes"][0];
+    assert_eq!(crash["variant"], "v=a", "{crash:#}");
+    assert_eq!(sims_at(port), Vec::<String>::new());
+}
