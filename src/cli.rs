@@ -69,19 +69,20 @@ pub struct ConfigArgs {
 /// What goes with a playbook: the inventory, the hosts, the `-e` values.
 #[derive(Args, Debug, Clone)]
 pub struct ConfigOpts {
-    /// The inventory file [default: hosts.yaml in the current directory].
+    /// The inventory file [default: $RIGRUN_INVENTORY, else hosts.yaml in the current directory].
     #[arg(short = 'i', long = "inventory", value_name = "INVENTORY")]
     pub inventory: Option<PathBuf>,
     /// Run only on these hosts (comma-separated host or group names from the inventory, each
     /// among the playbook's hosts).
     #[arg(short = 'l', long = "limit", value_delimiter = ',')]
     pub limit: Option<Vec<String>>,
-    /// Set a variable, overriding inventory and playbook vars (repeatable). KEY is a name
-    /// (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML so
-    /// numbers stay numbers; a newline, tab, NUL or other control character in it is refused (put
-    /// such a value under vars: in the playbook or the inventory, or in a file). A KEY that no
-    /// template uses, or that a matrix axis replaces (use --only), is an error.
-    #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE")]
+    /// Set a variable, overriding inventory and playbook vars (repeatable; later wins). KEY is a
+    /// name (letters, digits and `_`, not starting with a digit); VALUE is one line, read as YAML
+    /// so numbers stay numbers; a newline, tab, NUL or other control character in it is refused.
+    /// @FILE sets every variable of a YAML file's mapping (`-e @vars.yaml`, as Ansible's), values
+    /// of any shape. A KEY that no template uses, or that a matrix axis replaces (use --only), is
+    /// an error.
+    #[arg(short = 'e', long = "extra-var", value_name = "KEY=VALUE|@FILE")]
     pub extra_vars: Vec<String>,
     /// Run only these sweep points: AXIS=VALUE, comma-separated or repeated. Values of one axis
     /// add up (--only concurrency=16,concurrency=64 runs both), several axes narrow together
@@ -100,9 +101,9 @@ pub struct RunArgs {
     pub playbook: Option<PathBuf>,
     #[command(flatten)]
     pub with: ConfigOpts,
-    /// Where run directories are created.
-    #[arg(long, default_value = "runs")]
-    pub runs_dir: PathBuf,
+    /// Where run directories are created [default: $RIGRUN_RUNS_DIR, else runs].
+    #[arg(long)]
+    pub runs_dir: Option<PathBuf>,
     /// Go on with an interrupted or failed run in its own directory: the playbook, inventory,
     /// hosts and -e values it ran with; only what has no result yet runs (see below).
     #[arg(

@@ -48,11 +48,12 @@ fn load_repeated(playbook: &std::path::Path, with: &ConfigOpts, repeat: Option<u
     Ok(config)
 }
 
-/// The inventory: `-i FILE`, or `hosts.yaml` here, which must then exist (said as the default,
-/// with `-i` to name another, rather than as a file that cannot be read).
+/// The inventory: `-i FILE`, else `$RIGRUN_INVENTORY`, else `hosts.yaml` here, which must then
+/// exist (said as the default, with `-i` to name another, rather than as a file that cannot be
+/// read).
 fn inventory(with: &ConfigOpts) -> Result<std::path::PathBuf, ConfigErrors> {
-    if let Some(path) = &with.inventory {
-        return Ok(path.clone());
+    if let Some(path) = with.inventory.clone().or_else(|| env_path(INVENTORY_ENV)) {
+        return Ok(path);
     }
     let path = std::path::PathBuf::from(DEFAULT_INVENTORY);
     if path.exists() {
@@ -68,8 +69,27 @@ fn inventory(with: &ConfigOpts) -> Result<std::path::PathBuf, ConfigErrors> {
     .into())
 }
 
-/// The inventory read when `-i` is not given, in the current directory.
+/// The inventory read when neither `-i` nor [`INVENTORY_ENV`] names one, in the current directory.
 const DEFAULT_INVENTORY: &str = "hosts.yaml";
+
+/// Names the inventory when `-i` does not, so that commands work from any directory.
+const INVENTORY_ENV: &str = "RIGRUN_INVENTORY";
+
+/// Names the runs directory when `--runs-dir` does not.
+const RUNS_DIR_ENV: &str = "RIGRUN_RUNS_DIR";
+
+/// A path from the environment variable `name`, when it is set and not empty.
+fn env_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(Into::into)
+}
+
+/// Where runs are kept: `--runs-dir`, else `$RIGRUN_RUNS_DIR`, else `runs` here.
+pub fn runs_dir(given: Option<&std::path::Path>) -> std::path::PathBuf {
+    given
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| env_path(RUNS_DIR_ENV))
+        .unwrap_or_else(|| "runs".into())
+}
 
 /// Built-ins as `check` and `plan` show them: values only a run knows are named, not invented.
 fn offline_builtins() -> Builtins {
@@ -110,7 +130,7 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
         (None, Some(playbook)) => {
             let config = load_repeated(playbook, &args.with, args.repeat)?;
             let start = Start::New {
-                runs_dir: args.runs_dir.clone(),
+                runs_dir: runs_dir(args.runs_dir.as_deref()),
             };
             (config, start)
         }

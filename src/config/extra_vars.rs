@@ -1,7 +1,8 @@
-//! `-e KEY=VALUE` on the command line: each item read (its key a name, its value one line of
-//! YAML scalar), then checked against the playbook, since a key that nothing uses is almost
-//! always a typo (the run would measure with the playbook's own value) and a key that a matrix
-//! axis replaces is silently ignored at every point.
+//! `-e KEY=VALUE` and `-e @FILE` on the command line: each item read (its key a name, its value
+//! one line of YAML scalar; or a YAML file's mapping of names to values, Ansible's form), then
+//! checked against the playbook, since a key that nothing uses is almost always a typo (the run
+//! would measure with the playbook's own value) and a key that a matrix axis replaces is
+//! silently ignored at every point. Later items win.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -9,18 +10,73 @@ use std::path::Path;
 use super::steps::Step;
 use super::{closest, template, Config, ConfigError, Vars};
 
-/// `-e KEY=VALUE`: the value is read as a YAML scalar, so `-e input_len=2000` is a number.
+/// One variable an `-e` item sets, and how it was given (for messages: `input_len=2000`, or
+/// `input_len (from @vars.yaml)`).
+struct Given {
+    key: String,
+    value: serde_json::Value,
+    given: String,
+}
+
+/// `-e KEY=VALUE` (the value read as a YAML scalar, so `-e input_len=2000` is a number) and
+/// `-e @FILE` (a YAML mapping of names to values of any shape); later items win.
 pub(super) fn parse_extra_vars(items: &[String]) -> Result<Vars, ConfigError> {
-    let mut vars = Vars::new();
+    Ok(read_items(items)?.into_iter().map(|g| (g.key, g.value)).collect())
+}
+
+/// Every variable the items set, in order.
+fn read_items(items: &[String]) -> Result<Vec<Given>, ConfigError> {
+    let mut given = Vec::new();
     for item in items {
-        let (key, raw) = split_extra_var(item)?;
-        let value = serde_saphyr::from_str::<serde_json::Value>(raw)
-            .ok()
-            .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
-            .unwrap_or_else(|| raw.into());
-        vars.insert(key.to_string(), value);
+        match item.strip_prefix('@') {
+            Some(file) => given.extend(read_file(file)?),
+            None => given.push(read_pair(item)?),
+        }
     }
-    Ok(vars)
+    Ok(given)
+}
+
+/// `KEY=VALUE`.
+fn read_pair(item: &str) -> Result<Given, ConfigError> {
+    let (key, raw) = split_extra_var(item)?;
+    let value = serde_saphyr::from_str::<serde_json::Value>(raw)
+        .ok()
+        .filter(|v| !v.is_object() && !v.is_array() && !v.is_null())
+        .unwrap_or_else(|| raw.into());
+    Ok(Given {
+        key: key.to_string(),
+        value,
+        given: format!("{key}={raw}"),
+    })
+}
+
+/// `@FILE`: a YAML mapping of variable names to values, errors at the file's line and column.
+fn read_file(file: &str) -> Result<Vec<Given>, ConfigError> {
+    let path = Path::new(file);
+    if file.is_empty() {
+        return Err(ConfigError::plain(
+            Path::new("-e"),
+            "`@` names no file; write it like -e @vars.yaml",
+        ));
+    }
+    let text = super::yaml::read_file(path)?;
+    let vars: indexmap::IndexMap<String, serde_json::Value> = super::yaml::parse_str(path, &text)?;
+    vars.into_iter()
+        .map(|(key, value)| match is_identifier(&key) {
+            true => Ok(Given {
+                given: format!("{key} (from @{file})"),
+                key,
+                value,
+            }),
+            false => Err(ConfigError::plain(
+                path,
+                format!(
+                    "`{}` is not a variable name: names must be letters, digits and `_`, not starting with a digit (like input_len)",
+                    key.escape_debug()
+                ),
+            )),
+        })
+        .collect()
 }
 
 /// One `-e` item as its key (an identifier, as templates name it) and its raw value, which may
@@ -62,12 +118,13 @@ pub fn check_use(config: &Config, items: &[String]) -> Vec<ConfigError> {
     let used = used_variables(config);
     let mut errors = Vec::new();
     let mut seen = HashSet::new();
+    let read = read_items(items).unwrap_or_default();
     // The last item of a key is the one that counts, and each key is judged once.
-    for (key, raw) in items.iter().rev().filter_map(|item| split_extra_var(item).ok()) {
+    for Given { key, given, .. } in read.iter().rev() {
+        let key = key.as_str();
         if !seen.insert(key) {
             continue;
         }
-        let given = format!("{key}={raw}");
         let problem = match (shadowing_axis(config, key), &used) {
             (Some(Shadow::Sweep(axis)), _) => Some(format!(
                 "`{given}` would be ignored: `{key}` is {axis}, whose values replace it; to run chosen points, pass --only {given} instead"
@@ -171,6 +228,36 @@ mod tests {
         assert_eq!(vars["url"], serde_json::json!("http://x:1/"));
         assert_eq!(vars["s"], serde_json::json!("a b"));
         assert!(parse_extra_vars(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn a_file_given_with_at_sets_its_variables_and_later_items_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vars.yaml");
+        std::fs::write(&file, "input_len: 2000\nmodels: [a, b]\nurl: http://x:1/\n").unwrap();
+        let at = format!("@{}", file.display());
+        let vars = parse_extra_vars(&["input_len=1".into(), at.clone(), "url=http://y:2/".into()]).unwrap();
+        assert_eq!(vars["input_len"], serde_json::json!(2000), "the file is later");
+        assert_eq!(vars["models"], serde_json::json!(["a", "b"]), "any YAML value from a file");
+        assert_eq!(vars["url"], serde_json::json!("http://y:2/"));
+        let given: Vec<String> = read_items(&[at]).unwrap().into_iter().map(|g| g.given).collect();
+        assert_eq!(given[0], format!("input_len (from @{})", file.display()));
+    }
+
+    #[test]
+    fn a_bad_at_file_is_an_error_naming_the_file_and_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.yaml");
+        std::fs::write(&file, "a: 1\n  b: [\n").unwrap();
+        let err = parse_extra_vars(&[format!("@{}", file.display())]).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:", file.display())), "{err}");
+        std::fs::write(&file, "ok: 1\nnot-a-name: 2\n").unwrap();
+        let err = parse_extra_vars(&[format!("@{}", file.display())]).unwrap_err().to_string();
+        assert!(err.contains("`not-a-name` is not a variable name"), "{err}");
+        let missing = parse_extra_vars(&["@/nonexistent/vars.yaml".into()]).unwrap_err().to_string();
+        assert!(missing.contains("/nonexistent/vars.yaml"), "{missing}");
+        let empty = parse_extra_vars(&["@".into()]).unwrap_err().to_string();
+        assert!(empty.contains("names no file"), "{empty}");
     }
 
     #[test]
