@@ -31,6 +31,7 @@ mod report_width;
 mod report_workload;
 mod resume;
 mod shipped_playbooks;
+mod sim_crash;
 mod sim_http;
 mod sim_model;
 mod sim_profiles;
