@@ -71,6 +71,7 @@ pub async fn run(
         }
     }
     let mut outcome = tally.outcome(plan);
+    watch.sweep_finished().await;
     outcome.details["telemetry"] = watch.details();
     Ok(outcome)
 }
@@ -409,7 +410,7 @@ async fn run_attempt(
     run: PointRun,
 ) -> Result<CommandEnd> {
     let label = point.label();
-    let mut mark = watch.point_started().await;
+    let mut mark = watch.point_started(&label).await;
     let (made, mut arrived) = tokio::sync::mpsc::unbounded_channel();
     let mut line_number = 0;
     let mut on_stdout = move |line: StdoutLine| {
@@ -462,7 +463,9 @@ async fn run_attempt(
         }
     };
     let (ended, ()) = tokio::join!(command, records);
-    watch.point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"));
+    watch
+        .point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"))
+        .await;
     ended
 }
 
