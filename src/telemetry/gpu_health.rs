@@ -368,6 +368,8 @@ struct TrackerState {
     after: Option<Snapshot>,
     /// Why a snapshot could not be taken, the last time one could not.
     failed: Option<String>,
+    /// Whether the last snapshot could not be taken (its failure was said).
+    failing: bool,
 }
 
 impl Tracker {
@@ -385,6 +387,7 @@ impl Tracker {
             last: before.clone(),
             after: None,
             failed: None,
+            failing: false,
         };
         Ok(Tracker {
             transport,
@@ -399,24 +402,29 @@ impl Tracker {
     }
 
     /// Takes a snapshot and says what got worse since the last one (which it becomes). A
-    /// snapshot that cannot be taken is an error, and the next one is compared with the last
-    /// one taken.
+    /// snapshot that cannot be taken is an error the first time in a row (then nothing is said
+    /// until one is taken again), and the next one is compared with the last one taken.
     pub async fn check(&self) -> Result<Vec<String>, String> {
         let now = match take(&self.transport).await {
             Ok(Reading::Taken(now)) => now,
-            Ok(Reading::Absent) => return Err(self.failed("nvidia-smi is no longer on the host".into())),
-            Err(why) => return Err(self.failed(why)),
+            Ok(Reading::Absent) => return self.failed("nvidia-smi is no longer on the host".into()),
+            Err(why) => return self.failed(why),
         };
         let mut state = self.state();
         let said = changes(&state.last, &now);
-        state.last = now;
+        (state.last, state.failing) = (now, false);
         Ok(said)
     }
 
-    /// Keeps `why` a snapshot could not be taken, for the details, and gives it back.
-    fn failed(&self, why: String) -> String {
-        self.state().failed = Some(why.clone());
-        why
+    /// Keeps `why` a snapshot could not be taken, for the details: an error to say when it is
+    /// the first in a row, else nothing new.
+    fn failed(&self, why: String) -> Result<Vec<String>, String> {
+        let mut state = self.state();
+        state.failed = Some(why.clone());
+        match std::mem::replace(&mut state.failing, true) {
+            true => Ok(Vec::new()),
+            false => Err(why),
+        }
     }
 
     /// The snapshot after the sweep ([`Tracker::check`], kept for the details).
