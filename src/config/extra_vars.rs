@@ -238,7 +238,11 @@ mod tests {
         let at = format!("@{}", file.display());
         let vars = parse_extra_vars(&["input_len=1".into(), at.clone(), "url=http://y:2/".into()]).unwrap();
         assert_eq!(vars["input_len"], serde_json::json!(2000), "the file is later");
-        assert_eq!(vars["models"], serde_json::json!(["a", "b"]), "any YAML value from a file");
+        assert_eq!(
+            vars["models"],
+            serde_json::json!(["a", "b"]),
+            "any YAML value from a file"
+        );
         assert_eq!(vars["url"], serde_json::json!("http://y:2/"));
         let given: Vec<String> = read_items(&[at]).unwrap().into_iter().map(|g| g.given).collect();
         assert_eq!(given[0], format!("input_len (from @{})", file.display()));
@@ -249,12 +253,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bad.yaml");
         std::fs::write(&file, "a: 1\n  b: [\n").unwrap();
-        let err = parse_extra_vars(&[format!("@{}", file.display())]).unwrap_err().to_string();
+        let err = parse_extra_vars(&[format!("@{}", file.display())])
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with(&format!("{}:", file.display())), "{err}");
         std::fs::write(&file, "ok: 1\nnot-a-name: 2\n").unwrap();
-        let err = parse_extra_vars(&[format!("@{}", file.display())]).unwrap_err().to_string();
+        let err = parse_extra_vars(&[format!("@{}", file.display())])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`not-a-name` is not a variable name"), "{err}");
-        let missing = parse_extra_vars(&["@/nonexistent/vars.yaml".into()]).unwrap_err().to_string();
+        let missing = parse_extra_vars(&["@/nonexistent/vars.yaml".into()])
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("/nonexistent/vars.yaml"), "{missing}");
         let empty = parse_extra_vars(&["@".into()]).unwrap_err().to_string();
         assert!(empty.contains("names no file"), "{empty}");

@@ -8,13 +8,17 @@
 //! batch. When the server is idle, the clock jumps to the arrival time of the next request
 //! (taken when its HTTP handler started), so parsing and thread hand-off do not add to its
 //! time to first token.
+//!
+//! A scheduler that crashed on purpose (`--crash-*`) ends the process from this thread.
 
+use std::io::Write as _;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::crash::{Crash, CRASH_EXIT_CODE};
 use super::scheduler::{EngineStats, JobSpec, Progress, Scheduler};
 
 /// Where a request's progress goes: the HTTP handler's channel, tagged with the choice index.
@@ -111,13 +115,29 @@ fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, st
             accept(&mut scheduler, next);
         }
         scheduler.cancel_where(Sink::is_gone);
-        if let Some(step_ns) = scheduler.plan_step() {
+        let step = scheduler.plan_step();
+        if let Some(crash) = scheduler.crashed() {
+            die(crash);
+        }
+        if let Some(step_ns) = step {
             now += Duration::from_nanos(step_ns);
             pacer.wait_until(anchor + now);
             scheduler.finish_step(|sink, progress| sink.deliver(progress));
         }
         *stats.lock().unwrap_or_else(PoisonError::into_inner) = scheduler.stats();
     }
+}
+
+/// Ends the process as a crashed engine does: its last words on stderr, then at once the exit
+/// status of a Python server dying of an uncaught exception (no response is finished, no
+/// connection closed gracefully).
+fn die(crash: Crash) -> ! {
+    let mut stderr = std::io::stderr().lock();
+    for line in crash.log_lines() {
+        let _ = writeln!(stderr, "{line}");
+    }
+    let _ = stderr.flush();
+    std::process::exit(CRASH_EXIT_CODE)
 }
 
 /// Queues a submission; one that can never fit is dropped (see [`Engine::submit`]).

@@ -4,6 +4,7 @@
 
 mod api;
 mod connections;
+mod crash;
 mod engine;
 mod http_server;
 mod jitter;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use self::connections::Closing;
+use self::crash::CrashRule;
 use self::engine::Engine;
 use self::jitter::Jitter;
 use self::profile::Profile;
@@ -90,6 +92,21 @@ pub struct SimArgs {
     /// Seed of --jitter's delays: the n-th request of a seed waits as long in every run.
     #[arg(long, default_value_t = 0, requires = "jitter")]
     pub seed: u64,
+    /// Crash on purpose once N requests run in the engine at once: print a CUDA out-of-memory
+    /// error as vLLM's engine dies of it (PyTorch's `torch.OutOfMemoryError`) on stderr and exit
+    /// at once with status 1, as a Python server dying of an uncaught exception (for tests and
+    /// demos of a server that dies).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub crash_at_concurrency: Option<u64>,
+    /// Crash on purpose (the KV cache's error on stderr, exit status 1) instead of preempting
+    /// when the KV cache cannot hold a step's tokens; needs a profile with `kv_policy:
+    /// on_demand` (a reserving profile never overflows).
+    #[arg(long)]
+    pub crash_on_kv_overflow: bool,
+    /// Crash on purpose (the out-of-memory error, exit status 1) when the N-th request reaches
+    /// the engine.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub crash_after_requests: Option<u64>,
 }
 
 /// Runs `rigrun sim`: serves until killed (or lists profiles, or predicts).
@@ -102,8 +119,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
         bail!(Invalid("--profile is required".into()))
     };
     let mut profile = Profile::resolve(name).map_err(|e| Invalid(format!("{e:#}")))?;
-    if let Some(model) = args.model {
-        profile.model = model;
+    if let Some(model) = &args.model {
+        profile.model.clone_from(model);
     }
     if let Some(tokens) = args.speculative_tokens {
         if !(args.acceptance > 0.0 && args.acceptance <= 1.0) {
@@ -117,6 +134,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
             acceptance: args.acceptance,
         });
     }
+    let crash = crash_rule(&args, &profile)?;
     if !args.predict.is_empty() {
         return print_predictions(&profile, &args.predict, args.input_len, args.output_len)
             .map(|()| Exit::Ok);
@@ -129,10 +147,30 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
         closing,
         names: args.metrics_names,
         jitter: args.jitter.map(|mean| Jitter::new(mean, args.seed)),
+        crash,
     };
     serve(&profile, (&args.host, args.port), serving)
         .await
         .map(|()| Exit::Ok)
+}
+
+/// When the sim crashes on purpose; `--crash-on-kv-overflow` on a profile that reserves its KV
+/// (and so never overflows) is invalid input.
+fn crash_rule(args: &SimArgs, profile: &Profile) -> anyhow::Result<CrashRule> {
+    if args.crash_on_kv_overflow && profile.limits.kv_policy != scheduler::KvPolicy::OnDemand {
+        bail!(Invalid(format!(
+            "--crash-on-kv-overflow: profile {} reserves each request's KV cache when it starts \
+             (kv_policy: reserve), so it never overflows; use a profile with kv_policy: on_demand",
+            profile.name
+        )));
+    }
+    Ok(CrashRule {
+        at_running: args
+            .crash_at_concurrency
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        on_kv_overflow: args.crash_on_kv_overflow,
+        after_requests: args.crash_after_requests,
+    })
 }
 
 /// Prints name, model and description of each built-in profile.
@@ -179,6 +217,8 @@ struct Serving {
     names: metrics_endpoint::Names,
     /// `--jitter`: each request's delay before the engine.
     jitter: Option<Jitter>,
+    /// `--crash-*`: when the engine dies on purpose.
+    crash: CrashRule,
 }
 
 /// Binds, announces the address on stderr, and serves.
@@ -190,7 +230,9 @@ async fn serve(profile: &Profile, (host, port): (&str, u16), serving: Serving) -
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let address = listener.local_addr()?;
-    let engine = Engine::start(profile.scheduler()).context("cannot start the simulated engine")?;
+    let mut scheduler = profile.scheduler();
+    scheduler.crash_when(serving.crash);
+    let engine = Engine::start(scheduler).context("cannot start the simulated engine")?;
     let state = http_server::AppState::new(profile, engine, serving.names, serving.jitter);
     let app = http_server::router(Arc::new(state));
     eprintln!(

@@ -15,9 +15,12 @@
 //!   blocks, so a fully cached prompt of exactly k blocks recomputes its last block, as vLLM). The cache is looked
 //!   up when a prompt's prefill starts, so a prompt computed in one step serves the requests
 //!   that start prefilling in later steps, as in vLLM.
+//! - With a [`CrashRule`] (`rigrun sim --crash-*`), the scheduler stops at the step that breaks
+//!   it and says why ([`Scheduler::crashed`]): the engine then ends the process.
 
 use std::collections::VecDeque;
 
+use super::crash::{Crash, CrashRule};
 use super::perf::{PerfModel, Speculative};
 use super::prefix_cache::PrefixCache;
 
@@ -128,6 +131,11 @@ pub struct Scheduler<S> {
     running: Vec<Job<S>>,
     kv_used: u64,
     stats: EngineStats,
+    /// When to crash on purpose, and whether it did.
+    crash_rule: CrashRule,
+    crashed: Option<Crash>,
+    /// Requests submitted so far.
+    arrivals: u64,
 }
 
 impl<S> Scheduler<S> {
@@ -141,11 +149,29 @@ impl<S> Scheduler<S> {
             running: Vec::new(),
             kv_used: 0,
             stats: EngineStats::default(),
+            crash_rule: CrashRule::default(),
+            crashed: None,
+            arrivals: 0,
         }
+    }
+
+    /// Crashes on purpose when `rule` says (see [`CrashRule`]).
+    pub fn crash_when(&mut self, rule: CrashRule) {
+        self.crash_rule = rule;
+    }
+
+    /// Why the scheduler crashed, once it did: it plans no step after that.
+    pub fn crashed(&self) -> Option<Crash> {
+        self.crashed
     }
 
     /// Queues a request; it joins the batch at a later step.
     pub fn submit(&mut self, spec: JobSpec, sink: S) -> Result<(), TooLarge> {
+        self.arrivals += 1;
+        if self.crash_rule.after_requests == Some(self.arrivals) {
+            self.crashed
+                .get_or_insert(Crash::AfterRequests { n: self.arrivals });
+        }
         if spec.reservation() > self.limits.kv_capacity {
             return Err(TooLarge {
                 needed: spec.reservation(),
@@ -187,9 +213,13 @@ impl<S> Scheduler<S> {
 
     /// Starts a step: admits waiting requests, shares out the prefill budget, and returns the
     /// step's duration in nanoseconds, or `None` when there is nothing to run.
+    /// Once the scheduler crashed, there is never anything to run.
     pub fn plan_step(&mut self) -> Option<u64> {
         self.admit();
         self.make_room();
+        if self.crashed.is_some() {
+            return None;
+        }
         let mut budget = self.limits.chunk_tokens.max(1);
         let (mut prefilling, mut decoding, mut attended, mut prefill) = (0usize, 0usize, 0u64, 0u64);
         for job in &mut self.running {
@@ -274,6 +304,14 @@ impl<S> Scheduler<S> {
             self.kv_used += needs;
             self.running.push(job);
         }
+        if self
+            .crash_rule
+            .at_running
+            .is_some_and(|n| self.running.len() >= n)
+        {
+            let running = self.running.len();
+            self.crashed.get_or_insert(Crash::OutOfMemory { running });
+        }
     }
 
     /// `on_demand`: preempts the requests admitted last until every running request's next
@@ -287,6 +325,12 @@ impl<S> Scheduler<S> {
         while self.running.len() > 1
             && self.kv_used + self.running.len() as u64 * per_step > self.limits.kv_capacity
         {
+            if self.crash_rule.on_kv_overflow {
+                let needed = self.running.len() as u64 * per_step;
+                let free = self.limits.kv_capacity.saturating_sub(self.kv_used);
+                self.crashed.get_or_insert(Crash::KvOverflow { needed, free });
+                return;
+            }
             let Some(mut job) = self.running.pop() else { break };
             self.kv_used -= held(KvPolicy::OnDemand, &job);
             job.prefill_left = job.spec.prompt_tokens.max(1) + job.generated;
@@ -616,5 +660,66 @@ mod tests {
             (stats.spec_draft_tokens_total, stats.spec_accepted_tokens_total),
             (6, 2)
         );
+    }
+
+    #[test]
+    fn crashes_when_the_running_batch_reaches_the_rule_and_not_before() {
+        let mut s = scheduler(8, 10_000, 100);
+        s.crash_when(CrashRule {
+            at_running: Some(4),
+            ..CrashRule::default()
+        });
+        // Two at once run to the end: the rule is never reached.
+        for id in 0..2 {
+            s.submit(spec(10, 5), id).unwrap();
+        }
+        while !s.is_idle() {
+            step(&mut s);
+        }
+        assert_eq!(s.crashed(), None);
+        for id in 0..3 {
+            s.submit(spec(10, 5), id).unwrap();
+        }
+        step(&mut s);
+        assert_eq!(s.crashed(), None, "three running is below the rule");
+        s.submit(spec(10, 5), 3).unwrap();
+        // The fourth joins the batch at the next step, which is not run.
+        assert_eq!(step(&mut s), (None, vec![]));
+        assert_eq!(s.crashed(), Some(Crash::OutOfMemory { running: 4 }));
+    }
+
+    #[test]
+    fn crashes_instead_of_preempting_on_kv_overflow() {
+        let mut s = scheduler(8, 50, 100);
+        s.limits.kv_policy = KvPolicy::OnDemand;
+        s.crash_when(CrashRule {
+            on_kv_overflow: true,
+            ..CrashRule::default()
+        });
+        s.submit(spec(20, 20), 1).unwrap();
+        s.submit(spec(20, 20), 2).unwrap();
+        let mut steps = 0;
+        while step(&mut s).0.is_some() {
+            steps += 1;
+        }
+        // 40 prompt tokens + 2 per step: after 5 steps 50 are held, and the next needs 2 more.
+        assert_eq!(steps, 5);
+        assert_eq!(s.crashed(), Some(Crash::KvOverflow { needed: 2, free: 0 }));
+        assert_eq!(s.stats().preemptions_total, 0);
+        assert_eq!(step(&mut s), (None, vec![]));
+    }
+
+    #[test]
+    fn crashes_when_the_nth_request_arrives() {
+        let mut s = scheduler(8, 10_000, 100);
+        s.crash_when(CrashRule {
+            after_requests: Some(3),
+            ..CrashRule::default()
+        });
+        s.submit(spec(10, 1), 1).unwrap();
+        s.submit(spec(10, 1), 2).unwrap();
+        assert_eq!(s.crashed(), None);
+        s.submit(spec(10, 1), 3).unwrap();
+        assert_eq!(s.crashed(), Some(Crash::AfterRequests { n: 3 }));
     }
 }

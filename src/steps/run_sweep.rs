@@ -85,6 +85,7 @@ pub async fn run(
         }
     }
     let mut outcome = tally.outcome(plan, gone.as_ref());
+    watch.sweep_finished().await;
     outcome.details["telemetry"] = watch.details();
     ctx.server_gone = gone;
     Ok(outcome)
@@ -464,7 +465,7 @@ async fn run_attempt(
     run: PointRun,
 ) -> Result<Attempted> {
     let label = point.label();
-    let mut mark = watch.point_started().await;
+    let mut mark = watch.point_started(&label).await;
     let (made, mut arrived) = tokio::sync::mpsc::unbounded_channel();
     let mut line_number = 0;
     let mut on_stdout = move |line: StdoutLine| {
@@ -528,7 +529,9 @@ async fn run_attempt(
         }
     };
     let (ended, ()) = tokio::join!(guarded, records);
-    watch.point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"));
+    watch
+        .point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"))
+        .await;
     ended
 }
 

@@ -2,10 +2,12 @@
 //! `gpu.rs`, or a DCGM exporter the inventory names, `dcgm.rs`) and the inference server's own counters (its Prometheus `/metrics` through the SSH
 //! forward: `prometheus.rs` reads the text, `server_metrics.rs` knows vLLM's, SGLang's and llama.cpp's
 //! names), watched while a sweep runs (`watch.rs`), folded into each record's metrics
-//! (`summary.rs`, energy per output token) and judged (`problems.rs`).
+//! (`summary.rs`, energy per output token) and judged (`problems.rs`); the GPUs' errors before,
+//! during and after a sweep (`gpu_health.rs`).
 
 pub mod dcgm;
 pub mod gpu;
+pub mod gpu_health;
 pub mod problems;
 pub mod prometheus;
 pub mod server_metrics;

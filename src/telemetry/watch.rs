@@ -3,6 +3,10 @@
 //! before and at each record; each record gets the telemetry of its window, and each point's
 //! samples are written beside its logs (`<point log>.telemetry.jsonl`).
 //!
+//! GPU health (`gpu_health.rs`) is taken before the sweep, at each record (which is invalid when
+//! the GPUs erred since the last snapshot), at the end of a point that made no record, and after
+//! the sweep; each change is said as a notice.
+//!
 //! Clocks: nvidia-smi stamps samples on the host's clock, points are timed on this machine's.
 //! The offset between them is the smallest (arrival − stamp) seen, which is the true offset plus
 //! the shortest delivery time (milliseconds over SSH).
@@ -17,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::server_metrics::{self, Scrape};
 use super::summary::{self, Window, WindowKind};
-use super::{dcgm, gpu, problems, prometheus};
+use super::{dcgm, gpu, gpu_health, problems, prometheus};
 use crate::clock::unix_now;
 use crate::events::{mark_invalid, Event, EventSender};
 use crate::transport::{line_text, HttpEndpoint, Job, JobEnd, Output, Stream, Transport};
@@ -78,6 +82,7 @@ pub struct Watch {
     teller: Teller,
     gpu: Result<Gpu, String>,
     server: Result<Server, String>,
+    health: Result<gpu_health::Tracker, String>,
 }
 
 /// nvidia-smi's samples so far, and what went wrong with them.
@@ -142,6 +147,10 @@ pub struct Mark {
     start: f64,
     since: f64,
     baseline: Option<Scrape>,
+    /// The point's label, for what is said of it.
+    label: String,
+    /// Whether a record of the point had the GPUs' health checked.
+    health_checked: bool,
 }
 
 impl Drop for Watch {
@@ -174,6 +183,10 @@ impl Watch {
             step: step.to_string(),
             events,
         };
+        let health = match sources.gpu {
+            GpuSource::Absent => Err("absent: the host has no GPU telemetry".to_string()),
+            _ => start_health(&transport, &teller).await,
+        };
         let gpu = match sources.gpu {
             GpuSource::NvidiaSmi => start_gpu(transport.clone(), teller.clone(), job, samples_log),
             GpuSource::Dcgm(url) => start_dcgm(&transport, &teller, url).await,
@@ -191,7 +204,12 @@ impl Watch {
                 }),
             None => Err("none: no verify-server step before the sweep gave a server URL".into()),
         };
-        Watch { teller, gpu, server }
+        Watch {
+            teller,
+            gpu,
+            server,
+            health,
+        }
     }
 
     /// What was watched, for the step's details in the manifest.
@@ -213,11 +231,15 @@ impl Watch {
                             "failed_scrapes": s.health.failures()}),
             Err(why) => json!(why),
         };
-        json!({ "gpu": gpu, "server": server })
+        let health = match &self.health {
+            Ok(tracker) => tracker.details(),
+            Err(why) => json!(why),
+        };
+        json!({ "gpu": gpu, "server": server, "gpu_health": health })
     }
 
-    /// Marks a point's start, with the server's counters before it.
-    pub async fn point_started(&self) -> Mark {
+    /// Marks the start of point `label`, with the server's counters before it.
+    pub async fn point_started(&self, label: &str) -> Mark {
         let now = unix_now();
         let baseline = match &self.server {
             Ok(s) => s.scrape_now(&self.teller).await,
@@ -227,6 +249,8 @@ impl Watch {
             start: now,
             since: now,
             baseline,
+            label: label.to_string(),
+            health_checked: false,
         }
     }
 
@@ -266,11 +290,63 @@ impl Watch {
         if !problems.is_empty() {
             mark_invalid(metrics, problems);
         }
+        self.check_health(&mark.label, Some(metrics)).await;
+        mark.health_checked = true;
+    }
+
+    /// Takes the GPUs' health: what got worse since the last snapshot marks the record of
+    /// `metrics` invalid (when there is one) and is said as a notice.
+    async fn check_health(&self, label: &str, metrics: Option<&mut Map<String, Json>>) {
+        let Ok(health) = &self.health else { return };
+        let said = match health.check().await {
+            Ok(said) if said.is_empty() => return,
+            Ok(said) => said,
+            Err(why) => {
+                return self
+                    .teller
+                    .notice(format!("{label}: GPU health not checked: {why}"))
+            }
+        };
+        let what = said.join("; ");
+        let Some(metrics) = metrics else {
+            return self
+                .teller
+                .notice(format!("{label}: the GPUs erred while it ran ({what})"));
+        };
+        mark_invalid(
+            metrics,
+            said.iter()
+                .map(|c| format!("the GPUs erred while it ran: {c}"))
+                .collect(),
+        );
+        self.teller.notice(format!(
+            "{label}: the GPUs erred while it ran ({what}); its record is invalid"
+        ));
+    }
+
+    /// Takes the GPUs' health after the sweep (kept in [`Watch::details`]); what got worse
+    /// since the last record is said.
+    pub async fn sweep_finished(&self) {
+        let Ok(health) = &self.health else { return };
+        match health.finish().await {
+            Ok(said) if said.is_empty() => {}
+            Ok(said) => self.teller.notice(format!(
+                "the GPUs erred after the sweep's last record ({})",
+                said.join("; ")
+            )),
+            Err(why) => self
+                .teller
+                .notice(format!("GPU health after the sweep not checked: {why}")),
+        }
     }
 
     /// Writes the point's samples (GPU and server, from its start to now) to `path`, one JSON
     /// line each, and forgets those no later point needs. A file that cannot be written is said.
-    pub fn point_finished(&self, mark: &Mark, path: &Path) {
+    /// A point that made no record has the GPUs' health checked now.
+    pub async fn point_finished(&self, mark: &Mark, path: &Path) {
+        if !mark.health_checked {
+            self.check_health(&mark.label, None).await;
+        }
         let now = unix_now();
         let mut lines = Vec::new();
         if let Ok(gpu) = &self.gpu {
@@ -388,6 +464,22 @@ fn start_gpu(
         log,
         task,
     })
+}
+
+/// Takes the GPUs' health before the sweep; a host without nvidia-smi is left alone, one whose
+/// nvidia-smi fails or whose kernel log cannot be read is said once.
+async fn start_health(transport: &Arc<Transport>, teller: &Teller) -> Result<gpu_health::Tracker, String> {
+    let tracker = gpu_health::Tracker::start(transport.clone()).await;
+    match &tracker {
+        Err(why) if why.starts_with("absent") => {}
+        Err(why) => teller.notice(format!("GPU health is not checked during the sweep: {why}")),
+        Ok(t) if t.before().xid.is_none() => teller.notice(format!(
+            "Xid events are {} (ECC, retired pages and remapped rows are checked)",
+            t.before().xid_source
+        )),
+        Ok(_) => {}
+    }
+    tracker
 }
 
 /// Reads the DCGM exporter at `url` once, then as often as nvidia-smi would sample; a URL that

@@ -34,6 +34,7 @@ mod report_workload;
 mod resume;
 mod server_dies;
 mod shipped_playbooks;
+mod sim_crash;
 mod sim_http;
 mod sim_model;
 mod sim_profiles;

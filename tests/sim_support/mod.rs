@@ -9,6 +9,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+/// The sim's stderr lines, as read.
+pub type StderrLines = std::io::Lines<BufReader<std::process::ChildStderr>>;
+
 /// A running `rigrun sim`, killed on drop.
 pub struct Sim {
     child: Child,
@@ -24,15 +27,26 @@ pub fn rigrun(args: &[&str]) -> Output {
 impl Sim {
     /// Starts `rigrun sim --profile <profile> --port 0 <extra>` and waits until it serves.
     pub fn start(profile: &str, extra: &[&str]) -> Self {
-        Self::spawn(profile, 0, extra)
+        // Keep draining stderr so the server never blocks on a full pipe.
+        Self::spawn(profile, 0, extra, Box::new(|lines| lines.for_each(drop)))
     }
 
     /// Starts `rigrun sim --profile <profile> --port <port>` and waits until it serves.
     pub fn start_at(profile: &str, port: u16) -> Self {
-        Self::spawn(profile, port, &[])
+        Self::spawn(profile, port, &[], Box::new(|lines| lines.for_each(drop)))
     }
 
-    fn spawn(profile: &str, port: u16, extra: &[&str]) -> Self {
+    /// [`Sim::start`], handing the stderr lines after the "serving" one to `rest` (on a thread
+    /// of its own, which must read them all).
+    pub fn start_with_stderr(
+        profile: &str,
+        extra: &[&str],
+        rest: Box<dyn FnOnce(StderrLines) + Send>,
+    ) -> Self {
+        Self::spawn(profile, 0, extra, rest)
+    }
+
+    fn spawn(profile: &str, port: u16, extra: &[&str], rest: Box<dyn FnOnce(StderrLines) + Send>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rigrun"))
             .args(["sim", "--profile", profile, "--port", &port.to_string()])
             .args(extra)
@@ -56,13 +70,29 @@ impl Sim {
             .nth(1)
             .and_then(|rest| rest.split(' ').next())
             .expect("url in line");
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        std::thread::spawn(move || rest(lines));
         Self {
             child,
             base: url.to_string(),
             client: client(),
         }
+    }
+
+    /// The process's exit status once it ended by itself, within `deadline`.
+    pub fn exit_within(&mut self, deadline: std::time::Duration) -> std::process::ExitStatus {
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < until, "the sim still runs after {deadline:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
     }
 
     /// Starts a sim serving the profile YAML `source`, written to a temp file.

@@ -13,6 +13,7 @@ mod sim_support;
 
 mod bench_sweep;
 mod fetch_results;
+mod gpu_health;
 mod quiet_login;
 mod resume;
 mod server_dies;
