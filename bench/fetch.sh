@@ -54,7 +54,7 @@ done
 
 # The fetch step's own seconds in the last rigrun run (0 for the other tools).
 step_seconds() {
-  cat "$OUT"/runs/*/events.jsonl 2>/dev/null | python3 -c '
+  cat "$OUT"/runs/[0-9]*/events.jsonl 2>/dev/null | python3 -c '
 import json, sys
 print(next((e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished"), 0))'
 }

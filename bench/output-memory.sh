@@ -36,7 +36,7 @@ child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=drain.stdin)
 drain.stdin.close()
 _, status, usage = os.wait4(child.pid, 0)
 drain.wait()
-log = glob.glob(f"{work}/runs/*/hosts/here/01-run-sweep/001-*.stdout.log")[0]
+log = glob.glob(f"{work}/runs/[0-9]*/hosts/here/01-run-sweep/001-*.stdout.log")[0]
 print(f"{usage.ru_maxrss / 1024:.0f} {os.path.getsize(log)} {os.waitstatus_to_exitcode(status)}")
 PY
 }

@@ -54,7 +54,7 @@ PY
 
 # Seconds of the last run's sweep step, from its journal.
 sweep_seconds() {
-  cat "$WORK"/runs/*/events.jsonl | python3 -c '
+  cat "$WORK"/runs/[0-9]*/events.jsonl | python3 -c '
 import json, sys
 print(next(e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished"))'
 }

@@ -135,9 +135,9 @@ run() {  # $1 playbook, $2 PATH; prints rigrun's own CPU seconds on fd 3
   # A port of its own: the last run's server may still be on its way out.
   PATH="$2" /usr/bin/time -f '%U %S' -o "$WORK/time" "$RIGRUN" run "$WORK/$1.yaml" -i "$WORK/hosts.yaml" \
     -e "port=$(free_port)" --runs-dir "$WORK/runs" -q > "$WORK/$1.out" 2>&1 || { cat "$WORK/$1.out"; exit 1; }
-  cp "$WORK"/runs/*/records.jsonl "$WORK/$1.$3.records.jsonl"
+  cp "$WORK"/runs/[0-9]*/records.jsonl "$WORK/$1.$3.records.jsonl"
   awk '{print $1 + $2}' "$WORK/time" > "$WORK/$1.$3.cpu"
-  cat "$WORK"/runs/*/events.jsonl | python3 -c '
+  cat "$WORK"/runs/[0-9]*/events.jsonl | python3 -c '
 import json, sys
 print(next(e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished" and e.get("name") == "run-sweep"))' > "$WORK/$1.$3.seconds"
 }

@@ -9,7 +9,7 @@ use crate::report::Format;
 #[derive(Parser, Debug)]
 #[command(
     name = "rigrun",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("RIGRUN_COMMIT"), ")"),
     about = "Run benchmark playbooks on GPU hosts over SSH and compare the hosts side by side",
     long_about = "Run benchmark playbooks on GPU hosts over SSH and compare the hosts side by side.\n\n\
         A playbook (YAML) names hosts from an inventory (hosts.yaml) and the steps to run on each: \
@@ -42,8 +42,11 @@ pub enum Command {
     /// Show what would run on each host: its server variants, expanded steps and sweep points,
     /// skipped points with their reason. Connects to nothing.
     Plan(ConfigArgs),
-    /// Print the results of a run directory as tables.
+    /// Print the results of a run directory as tables (`latest`: the newest run).
     Show(ShowArgs),
+    /// List the runs kept in the runs directory: name, playbook, hosts, status, when, attempts,
+    /// label; newest last. `runs/latest` points at the newest.
+    Runs(RunsArgs),
     /// Compare hosts (and server variants) within a run (ratio columns) or the same hosts across
     /// runs (change in %).
     Compare(CompareArgs),
@@ -112,6 +115,10 @@ pub struct RunArgs {
         conflicts_with_all = ["playbook", "inventory", "limit", "extra_vars", "only", "runs_dir"]
     )]
     pub resume: Option<PathBuf>,
+    /// A note kept with the run (in run.json) and shown by show, compare, report and runs:
+    /// `--label "driver 580, new BIOS"`.
+    #[arg(long, value_name = "TEXT", conflicts_with = "resume")]
+    pub label: Option<String>,
     /// With --resume: also run again the points whose command ran and failed.
     #[arg(long, requires = "resume")]
     pub redo_failed: bool,
@@ -159,8 +166,16 @@ Retries: a point whose command failed is failed, unless its step says `retries: 
 once. Every attempt is recorded with its reason.";
 
 #[derive(Args, Debug)]
+pub struct RunsArgs {
+    /// Where the runs are [default: $RIGRUN_RUNS_DIR, else runs].
+    #[arg(long)]
+    pub runs_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct ShowArgs {
-    /// A run directory (runs/<time>-<name>).
+    /// A run directory (runs/<time>-<name>), or `latest` for the newest run of the runs
+    /// directory ($RIGRUN_RUNS_DIR, else runs).
     pub run_dir: PathBuf,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,

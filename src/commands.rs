@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::{CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, ShowArgs};
+use crate::cli::{
+    CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, RunsArgs, ShowArgs,
+};
 use crate::config::slo::Slo;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, LoadOptions};
 use crate::events::Status;
@@ -14,6 +16,7 @@ use crate::exit::{Exit, Invalid};
 use crate::plan;
 use crate::progress::Progress;
 use crate::report::{self, CompareOptions, Contents, Format, Run};
+use crate::store::runs::LATEST;
 use crate::words::count;
 
 /// How a command that returned `err` ends: invalid input (a config error included), or failed.
@@ -131,6 +134,7 @@ pub async fn run(args: &RunArgs) -> Result<Exit> {
             let config = load_repeated(playbook, &args.with, args.repeat)?;
             let start = Start::New {
                 runs_dir: runs_dir(args.runs_dir.as_deref()),
+                label: args.label.clone(),
             };
             (config, start)
         }
@@ -263,8 +267,35 @@ fn missed_references(run: &Run, check: bool) -> bool {
     check && !misses.is_empty()
 }
 
+/// A run directory as named: a path, or `latest` (when no such path is here) for the newest
+/// run of the runs directory.
 fn open_run(dir: &std::path::Path) -> Result<Run> {
-    Run::open(dir).map_err(|e| Invalid(format!("{e:#}")).into())
+    let latest = dir.as_os_str() == LATEST && !dir.exists();
+    let dir = match latest {
+        true => runs_dir(None).join(LATEST),
+        false => dir.to_path_buf(),
+    };
+    if latest && !dir.exists() {
+        return Err(Invalid(format!(
+            "no run yet in {}: `latest` is the newest run there (set RIGRUN_RUNS_DIR, or name a run directory)",
+            runs_dir(None).display()
+        ))
+        .into());
+    }
+    Run::open(&dir).map_err(|e| Invalid(format!("{e:#}")).into())
+}
+
+/// `rigrun runs`: the runs kept, oldest first, one line each.
+pub fn runs(args: &RunsArgs) -> Result<Exit> {
+    let dir = runs_dir(args.runs_dir.as_deref());
+    let runs = crate::store::runs::list(&dir)
+        .map_err(|e| Invalid(format!("cannot list the runs in {}: {e}", dir.display())))?;
+    if runs.is_empty() {
+        eprintln!("no runs in {}", dir.display());
+        return Ok(Exit::Ok);
+    }
+    print!("{}", report::runs_table(&runs));
+    Ok(Exit::Ok)
 }
 
 pub fn show(args: &ShowArgs) -> Result<Exit> {

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             Command::Check(args) => commands::check(&args),
             Command::Plan(args) => commands::plan(&args),
             Command::Show(args) => commands::show(&args),
+            Command::Runs(args) => commands::runs(&args),
             Command::Compare(args) => commands::compare(&args),
             Command::Report(args) => commands::report(&args),
             Command::Bench(args) => rigrun::bench::run(args).await,

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::events::{Event, EventSender, Status};
 use crate::progress::Progress;
 use crate::resume::HostWork;
-use crate::store::{manifest_for, Process, RunDir};
+use crate::store::{manifest_for, Manifest, Process, RunDir};
 use crate::transport::Transport;
 
 pub struct RunOptions {
@@ -31,8 +31,11 @@ pub struct RunOptions {
 
 /// A new run, or one that goes on.
 pub enum Start {
-    /// A new run directory under `runs_dir`.
-    New { runs_dir: PathBuf },
+    /// A new run directory under `runs_dir`, with the user's note on it.
+    New {
+        runs_dir: PathBuf,
+        label: Option<String>,
+    },
     /// `rigrun run --resume`: the run's directory opened again, what is left on each host,
     /// and which session of the run this is.
     Resume {
@@ -45,18 +48,15 @@ pub enum Start {
 /// The run directory to write, its id, each host's work, and the event that opens the session.
 fn begin(config: &Config, start: Start) -> Result<(RunDir, String, IndexMap<String, HostWork>, Event)> {
     match start {
-        Start::New { runs_dir } => {
+        Start::New { runs_dir, label } => {
             let started = Utc::now();
             let run_id = RunDir::new_run_id(&runs_dir, &config.playbook.name.value, started);
-            let dir = RunDir::create(
-                &runs_dir,
-                manifest_for(
-                    config,
-                    &run_id,
-                    crate::plan::planned_sweeps(config, &run_id),
-                    started,
-                ),
-            )?;
+            let planned = crate::plan::planned_sweeps(config, &run_id);
+            let manifest = Manifest {
+                label,
+                ..manifest_for(config, &run_id, planned, started)
+            };
+            let dir = RunDir::create(&runs_dir, manifest)?;
             let work = config
                 .hosts
                 .iter()

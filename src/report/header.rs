@@ -47,6 +47,8 @@ pub struct HostHeader {
 /// The facts of every host of one run.
 pub struct RunFacts {
     pub run_id: String,
+    /// The user's note on the run (`run --label`).
+    pub label: Option<String>,
     pub hosts: Vec<HostHeader>,
 }
 
@@ -61,6 +63,7 @@ impl Header {
             .iter()
             .map(|m| RunFacts {
                 run_id: m.run_id.clone(),
+                label: m.label.clone(),
                 hosts: m.hosts.iter().map(|(h, e)| host_facts(h, e)).collect(),
             })
             .collect();
@@ -72,8 +75,11 @@ impl Header {
     pub fn lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for run in &self.runs {
-            if self.runs.len() > 1 {
-                lines.push(format!("run {}", run.run_id));
+            let label = run.label.as_ref().map(|l| format!(" ({l})")).unwrap_or_default();
+            match (self.runs.len(), &run.label) {
+                (1, None) => {}
+                (1, Some(l)) => lines.push(format!("label: {l}")),
+                _ => lines.push(format!("run {}{label}", run.run_id)),
             }
             for host in &run.hosts {
                 lines.push(match host.labels.is_empty() {

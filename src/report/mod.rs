@@ -22,6 +22,7 @@ mod model;
 mod placement;
 mod planned;
 pub mod references;
+mod runs_table;
 pub mod scaling;
 pub(crate) mod stats;
 mod steps;
@@ -39,6 +40,7 @@ pub use compare::{parse_tolerance, shares_a_point, CompareOptions, DEFAULT_TOLER
 pub use html::render as html;
 pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};
+pub use runs_table::runs_table;
 
 use crate::events::Record;
 use crate::store::{read_events, read_records, Manifest};

@@ -52,6 +52,8 @@ pub struct RunSummary {
     pub run_id: String,
     pub playbook_name: String,
     pub playbook_path: String,
+    /// The user's note on the run (`run --label`).
+    pub label: Option<String>,
     pub started_at: DateTime<Utc>,
     pub status: Status,
     /// Why the run is not one that finished well, when it is not.
@@ -73,6 +75,7 @@ impl RunSummary {
             run_id: m.run_id.clone(),
             playbook_name: m.playbook.name.clone(),
             playbook_path: m.playbook.path.clone(),
+            label: m.label.clone(),
             started_at: m.started_at,
             status: m.status,
             notice: notice(run),

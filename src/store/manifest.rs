@@ -22,6 +22,9 @@ pub struct Manifest {
     #[serde(default)]
     pub format: u32,
     pub run_id: String,
+    /// `run --label TEXT`: the user's note on the run (`driver 580`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub tool: Tool,
     pub playbook: PlaybookInfo,
     pub inventory: InventoryInfo,
@@ -97,6 +100,9 @@ fn this_host() -> String {
 pub struct Tool {
     pub name: String,
     pub version: String,
+    /// The git commit rigrun was built from; absent in runs made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -453,9 +459,11 @@ pub fn manifest_for(
     Manifest {
         format: FORMAT,
         run_id: run_id.to_string(),
+        label: None,
         tool: Tool {
             name: "rigrun".into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            commit: Some(env!("RIGRUN_COMMIT").into()),
         },
         playbook: PlaybookInfo {
             path: config.playbook_path.display().to_string(),

@@ -7,11 +7,13 @@
 //!   records.jsonl   one line per record
 //!   events.jsonl    what happened, in order
 //!   hosts/<host>/   logs per step and point, fetched files
+//! runs/latest       a link to the newest run
 //! ```
 
 mod details;
 mod manifest;
 mod run_dir;
+pub mod runs;
 
 pub use details::Details;
 pub use manifest::{manifest_for, HostEntry, Manifest, Process};

@@ -67,6 +67,9 @@ impl RunDir {
         let path = runs_dir.join(&manifest.run_id);
         std::fs::create_dir(&path)
             .with_context(|| format!("cannot create the run directory {}", path.display()))?;
+        if let Err(e) = super::runs::point_latest(runs_dir, &manifest.run_id) {
+            tracing::warn!("cannot point {}/latest at the new run: {e}", runs_dir.display());
+        }
         let open = |name: &str| {
             OpenOptions::new()
                 .create(true)

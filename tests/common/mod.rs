@@ -466,20 +466,24 @@ pub fn assert_failed_on_a_bad_flag(records: &[&serde_json::Value]) {
 #[allow(unused_imports)]
 pub use rigrun::testutil::wait_until_gone;
 
+/// The run directories under `runs` (not its `latest` link), in no order; none when it is missing.
+pub fn run_dirs(runs: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(runs).into_iter().flatten().map(|e| e.unwrap());
+    let runs =
+        entries.filter(|e| e.file_name() != "latest" && !e.file_name().to_string_lossy().starts_with('.'));
+    runs.map(|e| e.path()).collect()
+}
+
 /// The single run directory under `runs`.
 pub fn only_run_dir(runs: &Path) -> PathBuf {
-    let dirs: Vec<PathBuf> = std::fs::read_dir(runs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let dirs = run_dirs(runs);
     assert_eq!(dirs.len(), 1, "expected one run directory, found {dirs:?}");
     dirs.into_iter().next().unwrap()
 }
 
 /// The most recent run directory under `runs` (run ids start with their UTC time).
 pub fn newest_run_dir(runs: &Path) -> PathBuf {
-    let dirs = std::fs::read_dir(runs).unwrap().map(|e| e.unwrap().path());
-    dirs.max().expect("no run directory")
+    run_dirs(runs).into_iter().max().expect("no run directory")
 }
 
 /// The records of a run directory as JSON values.

@@ -19,6 +19,7 @@ mod bench_sim;
 mod config_checks;
 mod config_errors;
 mod config_yaml;
+mod conventions;
 mod progress;
 mod report;
 mod report_compare;

@@ -47,9 +47,7 @@ fn run_once(dir: &Path, factor: f64) -> PathBuf {
 }
 
 fn list(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir.join("runs"))
-        .map(|r| r.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default()
+    crate::common::run_dirs(&dir.join("runs"))
 }
 
 fn setup() -> tempfile::TempDir {

@@ -33,8 +33,7 @@ fn run_dir(dir: &Path) -> PathBuf {
         ],
     );
     assert!(out.status.success(), "{:?}", text(&out));
-    let mut runs = std::fs::read_dir(dir.join("runs")).unwrap();
-    runs.next().unwrap().unwrap().path()
+    crate::common::only_run_dir(&dir.join("runs"))
 }
 
 fn show(run: &Path, format: &str) -> String {

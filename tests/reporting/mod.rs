@@ -74,9 +74,7 @@ pub fn run(dir: &Path, extra: &[&str]) -> (PathBuf, Output) {
 }
 
 fn list(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|r| r.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default()
+    crate::common::run_dirs(dir)
 }
 
 /// Runs rigrun with `args`, expecting `code`; returns stdout.

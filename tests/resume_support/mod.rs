@@ -40,11 +40,7 @@ pub fn spawn(dir: &Path, args: &[&str]) -> Child {
 pub fn wait_for_event(runs: &Path, found: impl Fn(&Value) -> bool) -> PathBuf {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let dir = std::fs::read_dir(runs)
-            .ok()
-            .and_then(|mut d| d.next())
-            .and_then(|e| e.ok())
-            .map(|e| e.path());
+        let dir = crate::common::run_dirs(runs).into_iter().next();
         if let Some(dir) = dir {
             let journal = std::fs::read_to_string(dir.join("events.jsonl")).unwrap_or_default();
             let events = journal
