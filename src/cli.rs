@@ -37,8 +37,10 @@ pub enum Command {
     Run(RunArgs),
     /// Validate the playbook and inventory without connecting to any host (YAML, names,
     /// templates, matrices, timeouts, -e keys, --only), each problem at file:line:col; when all is
-    /// well, print what would run, counting repetitions and server variants.
-    Check(ConfigArgs),
+    /// well, print what would run, counting repetitions and server variants. With --connect, also
+    /// reach every host in parallel and print its facts in one line (exit 1 when one cannot be
+    /// reached).
+    Check(CheckArgs),
     /// Show what would run on each host: its server variants, expanded steps and sweep points,
     /// skipped points with their reason. Connects to nothing.
     Plan(ConfigArgs),
@@ -59,6 +61,16 @@ pub enum Command {
     /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
     /// demos and for testing playbooks without GPUs.
     Sim(crate::sim::SimArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Also connect to every host (in parallel, as a run would: SSH with strict host keys) and
+    /// print its facts in one line: architecture, OS, kernel, CPUs, memory, GPUs and driver.
+    #[arg(long)]
+    pub connect: bool,
 }
 
 #[derive(Args, Debug, Clone)]

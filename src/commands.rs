@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::cli::{
-    CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, RunsArgs, ShowArgs,
+    CheckArgs, CompareArgs, ComparisonArgs, ConfigArgs, ConfigOpts, ReportArgs, RunArgs, RunsArgs, ShowArgs,
 };
 use crate::config::slo::Slo;
 use crate::config::{Builtins, Config, ConfigError, ConfigErrors, LoadOptions};
@@ -102,8 +102,8 @@ fn offline_builtins() -> Builtins {
     }
 }
 
-pub fn check(args: &ConfigArgs) -> Result<Exit> {
-    let config = load(&args.playbook, &args.with)?;
+pub async fn check(args: &CheckArgs) -> Result<Exit> {
+    let config = load(&args.config.playbook, &args.config.with)?;
     let plan = plan::build(&config, &offline_builtins())?;
     let sweeps: plan::SweepCount = plan.hosts.iter().map(plan::HostPlan::sweep_count).sum();
     println!(
@@ -114,7 +114,30 @@ pub fn check(args: &ConfigArgs) -> Result<Exit> {
         count(config.playbook.steps.len(), "step"),
         sweeps.describe()
     );
-    Ok(Exit::Ok)
+    if !args.connect {
+        return Ok(Exit::Ok);
+    }
+    let mut unreachable = 0;
+    for (host, facts) in executor::reach(&config).await? {
+        match facts {
+            Ok(facts) => println!("{host}: {}", facts.one_line()),
+            Err(why) => {
+                unreachable += 1;
+                println!("{host}: unreachable: {why}");
+            }
+        }
+    }
+    match unreachable {
+        0 => Ok(Exit::Ok),
+        n => {
+            eprintln!(
+                "error: {} of {} could not be reached",
+                count(n, "host"),
+                config.hosts.len()
+            );
+            Ok(Exit::Failed)
+        }
+    }
 }
 
 pub fn plan(args: &ConfigArgs) -> Result<Exit> {

@@ -51,6 +51,36 @@ pub struct HostFacts {
     pub gpu_topology: Option<String>,
 }
 
+impl HostFacts {
+    /// The host in one line, as `check --connect` prints it: `x86_64, Ubuntu 22.04.4 LTS,
+    /// Linux 6.8.0, 64 CPUs, 251 GiB, 8 GPUs (NVIDIA H100 80GB HBM3, driver 570.86)`.
+    pub fn one_line(&self) -> String {
+        let memory = self.memory_kib.map(|k| format!("{} GiB", k / (1024 * 1024)));
+        let gpus = match (self.gpu_count, self.gpus.first(), self.nvidia_smi.as_deref()) {
+            (Some(n), Some(gpu), _) => Some(format!(
+                "{n} GPU{} ({}{})",
+                if n == 1 { "" } else { "s" },
+                gpu.name,
+                gpu.driver
+                    .as_ref()
+                    .map(|d| format!(", driver {d}"))
+                    .unwrap_or_default()
+            )),
+            (_, _, Some(smi)) if smi != "present" => Some(format!("nvidia-smi {smi}")),
+            _ => None,
+        };
+        let parts = [
+            self.arch.clone(),
+            self.os.clone(),
+            self.kernel.clone(),
+            self.cpus.map(|n| format!("{n} CPUs")),
+            memory,
+            gpus,
+        ];
+        parts.into_iter().flatten().collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// One GPU as `nvidia-smi --query-gpu` lists it (fields as it prints them, units included).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "GpuEntry")]

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => commands::run(&args).await,
-            Command::Check(args) => commands::check(&args),
+            Command::Check(args) => commands::check(&args).await,
             Command::Plan(args) => commands::plan(&args),
             Command::Show(args) => commands::show(&args),
             Command::Runs(args) => commands::runs(&args),

@@ -218,7 +218,7 @@ fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) 
 }
 
 /// The host's facts, in one round trip.
-async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
+pub(super) async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
     let out = transport.probe_login(crate::facts::COMMAND).await?;
     crate::facts::parse(&out).map_err(anyhow::Error::msg)
 }

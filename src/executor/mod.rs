@@ -10,9 +10,12 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 
 mod host;
+mod reach;
 mod rigrun_binary;
 mod store_thread;
 mod variants;
+
+pub use reach::reach;
 
 use indexmap::IndexMap;
 

@@ -12,6 +12,7 @@ mod server_support;
 mod sim_support;
 
 mod bench_sweep;
+mod check_connect;
 mod fetch_results;
 mod gpu_health;
 mod quiet_login;
