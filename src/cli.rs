@@ -61,6 +61,15 @@ pub enum Command {
     /// Serve a simulated GPU inference server (OpenAI API) with a calibrated host profile, for
     /// demos and for testing playbooks without GPUs.
     Sim(crate::sim::SimArgs),
+    /// Print a shell completion script: `rigrun completions bash > /etc/bash_completion.d/rigrun`,
+    /// `rigrun completions zsh > ~/.zfunc/_rigrun`, `rigrun completions fish >
+    /// ~/.config/fish/completions/rigrun.fish`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `rigrun man > rigrun.1; man ./rigrun.1`.
+    Man,
 }
 
 #[derive(Args, Debug, Clone)]

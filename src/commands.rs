@@ -429,3 +429,18 @@ pub fn report(args: &ReportArgs) -> Result<Exit> {
     eprintln!("report written to {}", args.out.display());
     Ok(Exit::Ok)
 }
+
+/// `rigrun completions SHELL`: the completion script, from the command line's own definitions.
+pub fn completions(shell: clap_complete::Shell) -> Result<Exit> {
+    let mut command = <crate::cli::Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut command, "rigrun", &mut std::io::stdout());
+    Ok(Exit::Ok)
+}
+
+/// `rigrun man`: the manual page (its SUBCOMMANDS section names every command; `rigrun
+/// COMMAND --help` tells each in full).
+pub fn man() -> Result<Exit> {
+    let command = <crate::cli::Cli as clap::CommandFactory>::command();
+    clap_mangen::Man::new(command).render(&mut std::io::stdout().lock())?;
+    Ok(Exit::Ok)
+}

@@ -33,14 +33,25 @@ fn main() -> ExitCode {
             Command::Report(args) => commands::report(&args),
             Command::Bench(args) => rigrun::bench::run(args).await,
             Command::Sim(args) => rigrun::sim::run(args).await,
+            Command::Completions { shell } => commands::completions(shell),
+            Command::Man => commands::man(),
         }
     });
     result
         .unwrap_or_else(|err| {
+            // Output piped into `head` and closed early is no error of ours.
+            if is_broken_pipe(&err) {
+                return Exit::Ok;
+            }
             eprintln!("{}", render_error(&err));
             commands::exit_for(&err)
         })
         .into()
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    let io = err.chain().find_map(|e| e.downcast_ref::<std::io::Error>());
+    io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn render_error(err: &anyhow::Error) -> String {

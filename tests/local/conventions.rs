@@ -72,3 +72,38 @@ fn runs_are_found_from_any_directory_by_their_label_and_as_latest() {
     assert!(rows.iter().all(|r| r.contains(" ok ")), "{listed}");
     assert!(!listed.contains("latest"), "the link is not a run: {listed}");
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_line_itself() {
+    let run = |args: &[&str]| {
+        let out = rigrun().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {:?}", text(&out));
+        text(&out).0
+    };
+    let bash = run(&["completions", "bash"]);
+    let checked = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "bash reads it: {checked:?}");
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run(&["completions", shell]);
+        for command in [
+            "run", "check", "runs", "show", "compare", "report", "bench", "sim",
+        ] {
+            assert!(script.contains(command), "{shell} completes `{command}`");
+        }
+        assert!(
+            script.contains("--resume") && script.contains("--label"),
+            "{shell}: run's flags"
+        );
+    }
+    let man = run(&["man"]);
+    assert!(man.contains(".TH rigrun 1"), "{man}");
+    assert!(
+        man.contains(".SH SUBCOMMANDS") && man.contains("rigrun\\-runs"),
+        "{man}"
+    );
+    let bad = rigrun().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "an unknown shell is bad input");
+}
