@@ -63,7 +63,8 @@ pub struct BenchArgs {
     /// The server's base URL (with or without a trailing /v1).
     #[arg(long, default_value = "http://127.0.0.1:30000")]
     pub url: String,
-    /// The model to ask for (default: the first one GET /v1/models lists).
+    /// The model to ask for (default: the first one GET /v1/models lists); a model the server
+    /// does not list is refused (exit 2) with the closest one it does.
     #[arg(long)]
     pub model: Option<String>,
     /// Concurrency levels: requests in flight, one level or a comma list (1,4,16,32).
@@ -239,15 +240,10 @@ async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid
     check_fits(args, models.max_model_len)?;
     let listed = &models.ids;
     match (&args.model, listed.first()) {
-        (Some(model), _) => {
-            if !listed.is_empty() && !listed.contains(model) {
-                eprintln!(
-                    "rigrun bench: warning: the server lists {}, not {model}",
-                    listed.join(", ")
-                );
-            }
-            Ok(model.clone())
+        (Some(model), _) if !listed.is_empty() && !listed.contains(model) => {
+            Err(Invalid(unknown_model(client.base(), model, listed)))
         }
+        (Some(model), _) => Ok(model.clone()),
         (None, Some(first)) => Ok(first.clone()),
         (None, None) => Err(Invalid(format!(
             "{}/v1/models lists no model; is one loaded? (or give --model)",
@@ -257,6 +253,20 @@ async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid
 }
 
 /// Refuses lengths the server's context window cannot hold (every request would fail).
+/// `--model` names a model the server does not list: said with the closest it lists, rather
+/// than measured as a run of failed requests.
+fn unknown_model(base: &str, model: &str, listed: &[String]) -> String {
+    let names: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let hint = match crate::config::closest(model, &names) {
+        Some(best) => format!("did you mean --model {best}?"),
+        None => format!(
+            "give one of them with --model, or leave it out to use {}",
+            names[0]
+        ),
+    };
+    format!("{base}/v1/models lists {}, not {model}; {hint}", names.join(", "))
+}
+
 fn check_fits(args: &BenchArgs, max_model_len: Option<u64>) -> Result<(), Invalid> {
     let token_prompts = args.api == Api::Completions && matches!(args.workload.as_str(), "catid" | "random");
     let total = u64::from(args.input_len) + u64::from(args.output_len);

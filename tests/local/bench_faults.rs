@@ -253,6 +253,25 @@ fn an_unreachable_server_gets_one_line_and_exit_2() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_the_server_does_not_list_is_refused_before_any_request() {
+    let sim = Sim::start("tiny", &["--model", "org/tiny-chat"]);
+    let run =
+        tokio::task::block_in_place(|| bench(&sim.base, &["--model", "org/tiny-caht", "--concurrency", "1"]));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+    let said = format!(
+        "{}/v1/models lists org/tiny-chat, not org/tiny-caht; did you mean --model org/tiny-chat?",
+        sim.base.trim_end_matches('/')
+    );
+    assert!(run.stderr.contains(&said), "{}", run.stderr);
+    assert_eq!(
+        sim.metric("vllm:request_success_total").await,
+        0.0,
+        "no request was sent"
+    );
+}
+
 /// `n` measured requests per level at C = 1 and 2, streamed or not, with `extra` flags.
 fn bench_all_answered(sim: &Sim, n: u64, extra: &[&str]) {
     let count = n.to_string();
