@@ -108,10 +108,15 @@ impl Progress for LevelProgress {
     }
 }
 
-/// The table's column titles.
-pub fn header() -> String {
+/// The table's column titles; with `goodput` (`--slo`), the requests per second within the
+/// limits and their share of those completed.
+pub fn header(goodput: bool) -> String {
+    let good = match goodput {
+        true => format!(" {:>9} {:>6}", "goodput/s", "good %"),
+        false => String::new(),
+    };
     format!(
-        "{:>6} {:>6} {:>5} {:>11} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
+        "{:>6} {:>6} {:>5} {:>11} {:>12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}{good}",
         "C",
         "done",
         "fail",
@@ -127,6 +132,27 @@ pub fn header() -> String {
     )
 }
 
+/// What Ctrl-C leaves: the level cut short named, and the table of the levels measured before
+/// it (their JSON lines were already printed).
+pub fn interrupted(concurrency: u32, header: &str, measured: &[Summary]) -> String {
+    let cut = format!(
+        "rigrun bench: interrupted during C={concurrency}: that level is not measured (no JSON line)"
+    );
+    if measured.is_empty() {
+        return format!("{cut}; no level was measured before it");
+    }
+    let rows = measured.iter().flat_map(row);
+    let lines: Vec<String> = std::iter::once(header.to_string()).chain(rows).collect();
+    format!("{cut}; measured before it:\n{}", lines.join("\n"))
+}
+
+/// A level's goodput cells, when it was measured.
+fn goodput_cells(s: &Summary) -> String {
+    s.goodput()
+        .map(|(per_second, share)| format!(" {per_second:>9.2} {share:>6.1}"))
+        .unwrap_or_default()
+}
+
 /// One level's row, then its problems and example errors, one per line.
 pub fn row(s: &Summary) -> Vec<String> {
     let ms = |stats: Option<LatencyStats>, f: fn(&LatencyStats) -> f64| {
@@ -134,7 +160,7 @@ pub fn row(s: &Summary) -> Vec<String> {
     };
     let steady = s.steady.map_or("-".to_string(), |(tps, _)| format!("{tps:.1}"));
     let mut lines = vec![format!(
-        "{:>6} {:>6} {:>5} {:>11.1} {:>12} {:>8.2} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}",
+        "{:>6} {:>6} {:>5} {:>11.1} {:>12} {:>8.2} {:>9} {:>8} {:>8} {:>8} {:>5} {:>5}{}",
         s.concurrency,
         s.counts.completed,
         s.counts.failed,
@@ -146,7 +172,8 @@ pub fn row(s: &Summary) -> Vec<String> {
         ms(s.itl, |s| s.median),
         ms(s.itl, |s| s.p99),
         s.peak,
-        if s.valid() { "yes" } else { "NO" }
+        if s.valid() { "yes" } else { "NO" },
+        goodput_cells(s)
     )];
     lines.extend(s.problems.iter().map(|p| format!("{:>6} ! {p}", "")));
     lines.extend(
@@ -209,6 +236,16 @@ mod tests {
         );
         assert_eq!(lines[1], "       ! 1 of 20 requests failed (http_500: 1)");
         assert_eq!(lines[2], "         http_500, e.g.: HTTP 500: boom");
-        assert_eq!(header().split_whitespace().next(), Some("C"));
+        assert_eq!(header(false).split_whitespace().next(), Some("C"));
+        let with_slo = Summary {
+            good: Some(10),
+            ..summary
+        };
+        let cells: Vec<String> = row(&with_slo)[0].split_whitespace().map(String::from).collect();
+        assert_eq!(cells[12..], ["5.00", "52.6"], "10 of 19 in 2 s");
+        assert_eq!(
+            header(true).split_whitespace().rev().take(2).collect::<Vec<_>>(),
+            ["%", "good"]
+        );
     }
 }

@@ -181,20 +181,29 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     run_levels(&shared, &args, &info).await
 }
 
-/// Runs every level in turn, printing each one's line and row as it ends.
+/// Runs every level in turn, printing each one's line and row as it ends. Ctrl-C ends the run
+/// with the table of the levels measured so far (the level cut short is not a level: exit 1).
 async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<Exit> {
     eprintln!("{}", intro(&shared.client, info));
-    eprintln!("{}", display::header());
-    let mut all_valid = true;
+    let header = display::header(shared.goodput.is_some());
+    eprintln!("{header}");
+    let mut measured: Vec<Summary> = Vec::new();
     for (n, &concurrency) in args.concurrency.iter().enumerate() {
-        let summary = run_level(shared, args, info, concurrency, info.seed ^ n as u64).await;
+        let level = run_level(shared, args, info, concurrency, info.seed ^ n as u64);
+        let summary = tokio::select! {
+            summary = level => summary,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("{}", display::interrupted(concurrency, &header, &measured));
+                return Ok(Exit::Failed);
+            }
+        };
         emit(&summary.record(info), args.out_dir.as_deref(), info, concurrency)?;
         for line in display::row(&summary) {
             eprintln!("{line}");
         }
-        all_valid &= summary.valid();
+        measured.push(summary);
     }
-    Ok(Exit::ok_if(all_valid))
+    Ok(Exit::ok_if(measured.iter().all(Summary::valid)))
 }
 
 /// Checks what clap cannot: the URL's shape.

@@ -125,6 +125,17 @@ impl Summary {
         self.problems.is_empty()
     }
 
+    /// Goodput, when `--slo` asked for it: requests per second within every limit, and their
+    /// share of the completed requests in %.
+    pub fn goodput(&self) -> Option<(f64, f64)> {
+        let good = self.good?;
+        let share = match self.counts.completed {
+            0 => 0.0,
+            n => good as f64 * 100.0 / n as f64,
+        };
+        Some((self.per_second(good), share))
+    }
+
     /// Per second of the measured duration (0 for an empty level).
     fn per_second(&self, count: u64) -> f64 {
         if self.duration > 0.0 {

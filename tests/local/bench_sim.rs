@@ -296,3 +296,58 @@ fn goodput_counts_the_requests_each_within_the_slo() {
         refused.stderr
     );
 }
+
+/// Ctrl-C (SIGINT, sent once the first level's line is out) ends `rigrun bench` with the table
+/// of what it measured so far and the level it cut short named; exit 1. With `--slo`, the table
+/// carries goodput.
+#[test]
+fn ctrl_c_prints_what_was_measured_so_far_with_goodput() {
+    use std::io::{BufRead, BufReader};
+    let sim = Sim::start("tiny", &[]);
+    let mut child = crate::common::rigrun()
+        .args([
+            "bench",
+            "--url",
+            &sim.base,
+            "--concurrency",
+            "1,2",
+            "--input-len",
+            "8",
+        ])
+        .args(["--output-len", "16", "--warmup", "0", "--slo", "p99_ttft_ms=60000"])
+        // Seconds a level: the interrupt, sent the moment C=1's line is out, finds C=2 running.
+        .args(["--num-requests", "300"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(record["max_concurrency"], 1, "{first}");
+    crate::common::sh("kill", &["-INT", &child.id().to_string()]);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (_, summary) = stderr
+        .split_once("interrupted during C=2: that level is not measured")
+        .expect(&stderr);
+    assert!(summary.contains("measured before it:"), "{stderr}");
+    let rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.trim_start().starts_with("1 "))
+        .collect();
+    assert_eq!(rows.len(), 1, "the C=1 row again: {stderr}");
+    assert!(
+        summary.contains("goodput/s") && summary.contains("good %"),
+        "{stderr}"
+    );
+    assert!(
+        rows[0].trim_end().ends_with("100.0"),
+        "every request within 60 s: {}",
+        rows[0]
+    );
+}
