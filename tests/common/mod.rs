@@ -597,19 +597,17 @@ fn spawn_sshd_booted(
     boot_id: Option<&Path>,
     log: std::fs::File,
 ) -> Child {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]);
-            c
-        }
-        None => Command::new("env"),
-    };
-    if let Some(file) = boot_id {
-        let mount = r#"mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@""#;
-        cmd.args(["unshare", "-m", "sh", "-c", mount, file.to_str().unwrap()]);
+    let mut argv: Vec<&str> = Vec::new();
+    if let Some(ns) = netns {
+        argv.extend(["ip", "netns", "exec", ns]);
     }
-    cmd.arg(SSHD)
+    let mount = r#"mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@""#;
+    if let Some(file) = boot_id {
+        argv.extend(["unshare", "-m", "sh", "-c", mount, file.to_str().unwrap()]);
+    }
+    argv.push(SSHD);
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
         .args(["-D", "-e", "-f", config.to_str().unwrap()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -153,6 +153,11 @@ impl Faulty {
         found.remove(0)
     }
 
+    /// Waits until rigrun says it lost the connection while point 2 ran.
+    fn wait_for_the_loss_of_point_2(&self, within: Duration) {
+        self.wait_for_notice("sweep n=2: lost the connection while the command ran", within);
+    }
+
     /// The host's processes that run this test's commands.
     fn commands_on_host(&self) -> Vec<(String, String)> {
         self.netns.processes(&format!("{} p", self.token))
@@ -180,6 +185,39 @@ impl Faulty {
                 err,
                 "point {n}'s stderr"
             );
+        }
+    }
+}
+
+impl Faulty {
+    /// Point `n` has two records: its first attempt lost with a reason containing `why`, its
+    /// second ok with its `lines`; returned for more checks.
+    fn assert_lost_then_ok(&self, n: u32, why: &str, lines: u32) -> [Value; 2] {
+        let recs = records(&self.run_dir());
+        let mine: Vec<Value> = recs.into_iter().filter(|r| r["point"]["n"] == n).collect();
+        let [lost, ok]: [Value; 2] = mine.try_into().expect("two attempts at the point");
+        assert_eq!(
+            (lost["attempt"].as_u64(), lost["status"].as_str()),
+            (Some(1), Some("lost"))
+        );
+        let reason = lost["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(why), "{reason}");
+        assert_eq!(
+            (ok["attempt"].as_u64(), ok["status"].as_str()),
+            (Some(2), Some("ok"))
+        );
+        assert_eq!(ok["metrics"]["lines"], lines);
+        [lost, ok]
+    }
+
+    /// Each of `points` has one record: ok, at its first attempt.
+    fn assert_ok_once(&self, points: &[u32]) {
+        let recs = records(&self.run_dir());
+        for n in points {
+            let mine: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == *n).collect();
+            assert_eq!(mine.len(), 1, "point {n}: {mine:?}");
+            let at = (mine[0]["status"].as_str(), mine[0]["attempt"].as_u64());
+            assert_eq!(at, (Some("ok"), Some(1)), "point {n}");
         }
     }
 }
@@ -242,10 +280,7 @@ fn sshd_killed_with_its_sessions_and_back_15_s_later_loses_nothing() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.sshd.kill_with_sessions(&host.netns);
-    host.wait_for_notice(
-        "sweep n=2: lost the connection while the command ran",
-        Duration::from_secs(30),
-    );
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(30));
     // The point's command lives on without its session.
     assert!(!host.commands_on_host().is_empty(), "the command died with sshd");
     // The fault itself: sshd stays down 15 s, as a restart after a crash would.
@@ -263,10 +298,7 @@ fn a_90_s_partition_is_waited_out_and_the_output_picked_up() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.netns.link(false);
-    host.wait_for_notice(
-        "sweep n=2: lost the connection while the command ran",
-        Duration::from_secs(60),
-    );
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(60));
     // The fault itself: the link stays down 90 s; the point finishes on the host meanwhile.
     std::thread::sleep(Duration::from_secs(90));
     host.netns.link(true);
@@ -297,23 +329,7 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
     let (code, err) = host.finish(run, Duration::from_secs(300));
     // The point the host stopped is lost, not failed: it runs once more, as attempt 2.
     assert_eq!(code, 0, "{err}");
-    let recs = records(&host.run_dir());
-    let first: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == 1).collect();
-    assert_eq!(first.len(), 2, "{first:?}");
-    assert_eq!(
-        (first[0]["attempt"].as_u64(), first[0]["status"].as_str()),
-        (Some(1), Some("lost"))
-    );
-    let reason = first[0]["reason"].as_str().unwrap_or("");
-    assert!(
-        reason.contains("out of touch for longer than the lease (10s)"),
-        "{reason}"
-    );
-    assert_eq!(
-        (first[1]["attempt"].as_u64(), first[1]["status"].as_str()),
-        (Some(2), Some("ok"))
-    );
-    assert_eq!(first[1]["metrics"]["lines"], 40);
+    host.assert_lost_then_ok(1, "out of touch for longer than the lease (10s)", 40);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
 
@@ -385,10 +401,7 @@ fn a_host_that_reboots_mid_point_loses_that_point_and_runs_it_again_at_once() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.sshd.power_off(&host.netns);
-    host.wait_for_notice(
-        "sweep n=2: lost the connection while the command ran",
-        Duration::from_secs(30),
-    );
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(30));
     assert_eq!(
         host.commands_on_host(),
         [],
@@ -400,36 +413,14 @@ fn a_host_that_reboots_mid_point_loses_that_point_and_runs_it_again_at_once() {
 
     // Every point ok exactly once; point 2's first attempt lost with the reboot, then ok.
     let run_dir = host.run_dir();
-    let recs = records(&run_dir);
-    for n in [1u32, 3, 4] {
-        let mine: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == n).collect();
-        assert_eq!(mine.len(), 1, "point {n}: {mine:?}");
-        assert_eq!(
-            (mine[0]["status"].as_str(), mine[0]["attempt"].as_u64()),
-            (Some("ok"), Some(1))
-        );
-    }
-    let second: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == 2).collect();
-    assert_eq!(second.len(), 2, "{second:?}");
+    host.assert_ok_once(&[1, 3, 4]);
+    let why = "the host rebooted (boot id changed) while the command ran; runs again as attempt 2";
+    let [lost, _] = host.assert_lost_then_ok(2, why, 8);
     assert_eq!(
-        (second[0]["attempt"].as_u64(), second[0]["status"].as_str()),
-        (Some(1), Some("lost"))
-    );
-    let reason = second[0]["reason"].as_str().unwrap_or("");
-    assert!(
-        reason.contains("the host rebooted (boot id changed) while the command ran; runs again as attempt 2"),
-        "{reason}"
-    );
-    assert_eq!(
-        second[0]["metrics"],
+        lost["metrics"],
         serde_json::json!({}),
         "the dead job's files read as a result"
     );
-    assert_eq!(
-        (second[1]["attempt"].as_u64(), second[1]["status"].as_str()),
-        (Some(2), Some("ok"))
-    );
-    assert_eq!(second[1]["metrics"]["lines"], 8);
     // The lost attempt's log holds what it printed before the power went, and no record.
     let lost_log = point_log(&run_dir, 2, "stdout").unwrap();
     assert!(lost_log.contains("fault-reboot p2 line 2\n"), "{lost_log}");
@@ -488,24 +479,7 @@ fn a_resume_after_a_reboot_says_so_and_runs_the_points_that_were_running_again()
         reboots, 1,
         "said once: the point's job found gone says it no more"
     );
-    let recs = records(&run_dir);
-    for n in [1u32, 3, 4] {
-        let mine: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == n).collect();
-        assert_eq!(mine.len(), 1, "point {n}: {mine:?}");
-        assert_eq!(mine[0]["status"], "ok", "point {n}: {:?}", mine[0]);
-    }
-    let second: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == 2).collect();
-    assert_eq!(second.len(), 2, "{second:?}");
-    assert_eq!(
-        (second[0]["attempt"].as_u64(), second[0]["status"].as_str()),
-        (Some(1), Some("lost"))
-    );
-    let reason = second[0]["reason"].as_str().unwrap_or("");
-    assert!(reason.contains("the host rebooted (boot id changed)"), "{reason}");
-    assert_eq!(
-        (second[1]["attempt"].as_u64(), second[1]["status"].as_str()),
-        (Some(2), Some("ok"))
-    );
-    assert_eq!(second[1]["metrics"]["lines"], 8);
+    host.assert_ok_once(&[1, 3, 4]);
+    host.assert_lost_then_ok(2, "the host rebooted (boot id changed) while the command ran", 8);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
