@@ -243,6 +243,17 @@ pub enum Event {
         host: String,
         message: String,
     },
+    /// The host rebooted (its boot id changed), found on reconnecting during the run or on
+    /// connecting again in a resumed run: what rigrun ran there is gone (its files stay), the
+    /// points that were running are lost and run again, a server rigrun started is gone. Said
+    /// once per reboot, in `message`; shown and journaled like a notice.
+    HostRebooted {
+        host: String,
+        message: String,
+        /// The boot id before and after.
+        boot_id_before: String,
+        boot_id: String,
+    },
     /// A line of a command's output; shown live, kept in the per-point log files, not journaled.
     Output {
         host: String,

@@ -1,6 +1,6 @@
 //! Facts, typed: what a host is (gathered in one round trip when it connects: the machine's CPU,
-//! memory, kernel and OS, its GPUs from `nvidia-smi --query-gpu` and how they are linked from
-//! `nvidia-smi topo -m`) and what its inference server says of itself. They are kept in the
+//! memory, kernel and OS, its boot id, its GPUs from `nvidia-smi --query-gpu` and how they are
+//! linked from `nvidia-smi topo -m`) and what its inference server says of itself. They are kept in the
 //! manifest, so that every table can say what it measured, and read back by the progress display
 //! and the reports under these names. A missing tool is recorded as absent, never an error.
 //!
@@ -49,6 +49,10 @@ pub struct HostFacts {
     /// The matrix of `nvidia-smi topo -m`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_topology: Option<String>,
+    /// Linux's `/proc/sys/kernel/random/boot_id`: new at every boot, so a changed one says the
+    /// host rebooted (and what ran there is gone). Absent in runs from before it was gathered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 impl HostFacts {
@@ -188,6 +192,7 @@ printf 'home\t%s\n' "$HOME"
 printf 'hostname\t%s\n' "$(uname -n)"
 printf 'kernel\t%s\n' "$(uname -sr)"
 printf 'arch\t%s\n' "$(uname -m)"
+[ -r /proc/sys/kernel/random/boot_id ] && printf 'boot_id\t%s\n' "$(cat /proc/sys/kernel/random/boot_id)"
 if [ -r /etc/os-release ]; then
   os=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-$NAME}")
   [ -n "$os" ] && printf 'os\t%s\n' "$os"
@@ -236,6 +241,7 @@ pub fn parse(out: &str) -> Result<HostFacts, String> {
             "os" => facts.os = text(),
             "cpu" => facts.cpu = text(),
             "nvidia_smi" => facts.nvidia_smi = text(),
+            "boot_id" => facts.boot_id = text().filter(|id| !id.is_empty()),
             _ => {}
         }
     }
@@ -429,7 +435,12 @@ mod tests {
         let old: HostFacts =
             serde_json::from_str(r#"{"home": "/h", "gpus": ["NVIDIA A100, 80 GB"]}"#).unwrap();
         assert_eq!(old.gpus[0].name, "NVIDIA A100");
+        assert_eq!(old.boot_id, None, "runs from before the boot id was gathered");
         assert_eq!(serde_json::from_value::<HostFacts>(json).unwrap(), f);
+        let booted = parsed("boot_id\t6f1b3c2e-0d4a-4b1e-9a57-3c1d2e4f5a6b\n");
+        let stored = serde_json::to_value(&booted).unwrap();
+        assert_eq!(stored["boot_id"], "6f1b3c2e-0d4a-4b1e-9a57-3c1d2e4f5a6b");
+        assert_eq!(serde_json::from_value::<HostFacts>(stored).unwrap(), booted);
     }
 
     #[test]
@@ -442,6 +453,8 @@ mod tests {
         assert_eq!(f.home, std::env::var("HOME").unwrap());
         assert_eq!(f.arch.as_deref(), Some(std::env::consts::ARCH));
         assert!(f.nvidia_smi.is_some());
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert_eq!(f.boot_id.as_deref(), Some(boot_id.trim()));
     }
 
     #[test]

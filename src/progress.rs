@@ -106,9 +106,9 @@ impl Progress {
                 failed_step,
                 ..
             } => self.host_finished(host, host_end_text(status, failed_step.as_deref())),
-            Event::Warning { host, message } | Event::Notice { host, message } => {
-                self.line(format!("[{host}] warning: {message}"))
-            }
+            Event::Warning { host, message }
+            | Event::Notice { host, message }
+            | Event::HostRebooted { host, message, .. } => self.line(format!("[{host}] warning: {message}")),
             Event::VariantStarted { host, variant, .. } => {
                 self.variant_said(host, variant, "starting the server")
             }

@@ -15,7 +15,7 @@ use crate::resume::HostWork;
 use crate::steps::{self, HostCtx};
 use crate::store::RunDir;
 use crate::telemetry::GpuSource;
-use crate::transport::Transport;
+use crate::transport::{Reboot, Transport};
 
 /// Everything one host's task needs.
 pub(super) struct HostJob {
@@ -32,6 +32,8 @@ pub(super) struct HostJob {
     /// What is left to do on the host (everything in a new run): one per server variant, in
     /// the order they run, or one without variants.
     pub works: Vec<Arc<HostWork>>,
+    /// The host's boot id when the run last reached it (a resumed run's; see [`boot_ids`]).
+    pub boot_id_before: Option<String>,
 }
 
 /// Where a host stopped and why.
@@ -87,6 +89,7 @@ impl HostJob {
             host: self.host.clone(),
             facts: facts.clone(),
         });
+        self.watch_boot(&transport, &facts);
         let home = facts.home.clone();
         let mut ctx = HostCtx {
             host: self.host.clone(),
@@ -129,6 +132,31 @@ impl HostJob {
             server.stop();
         }
         Ok(stop)
+    }
+
+    /// Says a reboot since the run last reached the host (a resume), then has the transport say
+    /// each one it finds during the run (see `transport::Reboot`): once per reboot, as an event.
+    fn watch_boot(&self, transport: &Transport, facts: &crate::facts::HostFacts) {
+        let said = |host: &str, reboot: &Reboot, message: String| Event::HostRebooted {
+            host: host.to_string(),
+            message,
+            boot_id_before: reboot.before.clone(),
+            boot_id: reboot.now.clone(),
+        };
+        if let (Some(before), Some(now)) = (&self.boot_id_before, &facts.boot_id) {
+            if before != now {
+                let reboot = Reboot {
+                    before: before.clone(),
+                    now: now.clone(),
+                };
+                self.emit(said(&self.host, &reboot, reboot.since_last_session(&self.host)));
+            }
+        }
+        let (events, host) = (self.events.clone(), self.host.clone());
+        let on_reboot = move |reboot: &Reboot| {
+            let _ = events.send(said(&host, reboot, reboot.during_run(&host)));
+        };
+        transport.watch_boot(facts.boot_id.clone(), Arc::new(on_reboot));
     }
 
     /// Once per host: what its login shell prints goes to `hosts/<host>/login-shell.log`, and a
@@ -215,6 +243,15 @@ fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) 
     let digest = sha2::Sha256::digest(place.as_os_str().as_encoded_bytes());
     let key = hex::encode(&digest[..4]);
     format!("{workdir}/.rigrun/jobs/{run_id}-{key}/{host}")
+}
+
+/// Each host's boot id when the run last reached it (none in a new run, or in runs from before
+/// it was gathered).
+pub(super) fn boot_ids(manifest: &crate::store::Manifest) -> std::collections::HashMap<String, String> {
+    let hosts = manifest.hosts.iter();
+    hosts
+        .filter_map(|(host, entry)| Some((host.clone(), entry.facts.boot_id.clone()?)))
+        .collect()
 }
 
 /// The host's facts, in one round trip.

@@ -257,6 +257,10 @@ impl Manifest {
                 error,
             } => self.host(host).finish(*status, failed_step, error),
             Event::Warning { host, message } => self.host(host).warnings.push(message.clone()),
+            // The facts keep the boot id last seen, so that a resume compares with it.
+            Event::HostRebooted { host, boot_id, .. } => {
+                self.host(host).facts.boot_id = Some(boot_id.clone())
+            }
             Event::VariantStarted {
                 host,
                 variant,

@@ -8,6 +8,11 @@
 //! stream; after a drop it reconnects with backoff and attaches again from those offsets
 //! (`tail -c +N --pid`), so no byte is lost and none comes twice.
 //!
+//! Each job keeps the host's boot id it started under (`.boot`): one followed again after a reboot
+//! (a lost connection, a resumed run) is [`Rebooted`], not read from its files as if it had ended
+//! (nor is its stale pid, perhaps another process's now, ever signalled). The lease renewal and
+//! that answer tell the transport the host's boot id (`boot.rs`), which says a reboot once.
+//!
 //! Nothing outlives rigrun for long: a timeout or a dropped future writes `stop` on the
 //! channel's stdin (the job's group is killed, TERM then KILL), closing the transport stops
 //! every job still running, and a watchdog on the host stops them all by itself when rigrun has
@@ -21,9 +26,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::AsyncWriteExt;
 
+use super::boot::{BootWatch, OnReboot};
 use super::channel::Channel;
 use super::wrapper::{self, carry, Output, Stream, StreamReader};
-use super::{DiskFull, Link, Lost, Transport};
+use super::{DiskFull, Link, Lost, Rebooted, Transport};
 use crate::config::HostSpec;
 
 const JOB: &str = include_str!("job.sh");
@@ -55,6 +61,8 @@ pub(super) struct Jobs {
     unfinished: Mutex<HashSet<String>>,
     /// Why the connection could not be got back, once that happened.
     given_up: OnceLock<String>,
+    /// The host's boot id as last seen, and who to tell of a reboot.
+    boot: BootWatch,
 }
 
 impl Jobs {
@@ -67,6 +75,7 @@ impl Jobs {
             keeper: Mutex::new(None),
             unfinished: Mutex::new(HashSet::new()),
             given_up: OnceLock::new(),
+            boot: BootWatch::default(),
         }
     }
 
@@ -113,14 +122,27 @@ impl Transport {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(transport) = weak.upgrade() else { return };
-                if let Err(e) = transport.job_action("lease", &dir).await {
-                    tracing::info!(host = %transport.jobs.host, "lease not renewed: {e:#}");
+                match transport.job_action("lease", &dir).await {
+                    // The host says its boot id with the renewal: a new one is a reboot.
+                    Ok(boot_id) => drop(transport.jobs.boot.saw(&boot_id)),
+                    Err(e) => tracing::info!(host = %transport.jobs.host, "lease not renewed: {e:#}"),
                 }
             }
         });
         if let Ok(mut k) = self.jobs.keeper.lock() {
             *k = Some(keeper.abort_handle());
         }
+    }
+
+    /// Watches the host's boot id from `boot_id` (the facts'): `on_reboot` is told once of each
+    /// reboot that the lease's renewal or a job followed again finds.
+    pub fn watch_boot(&self, boot_id: Option<String>, on_reboot: OnReboot) {
+        self.jobs.boot.watch(boot_id, on_reboot);
+    }
+
+    /// The host's boot id as last seen (a server started under another one is gone).
+    pub fn boot_id(&self) -> Option<String> {
+        self.jobs.boot.current()
     }
 
     /// Whether the connection could not be got back within `reconnect_for`: the host stays
@@ -131,7 +153,8 @@ impl Transport {
 
     /// Runs `job` detached on the host and follows it to its end, through lost connections
     /// (each said through `on_warning`) for as long as the host's `reconnect_for` allows.
-    /// A lost host, or a command that vanished there, is a [`Lost`] error.
+    /// A lost host, or a command that vanished there, is a [`Lost`] error; one that died with
+    /// the host as it rebooted, [`Rebooted`].
     pub async fn run_job(
         &self,
         job: &Job<'_>,
@@ -267,6 +290,12 @@ impl Transport {
                     self.jobs.workdir()
                 ),
             })),
+            ("rebooted", now) => {
+                self.jobs.boot.saw(now);
+                Err(anyhow!(Rebooted {
+                    reason: "the host rebooted (boot id changed) while the command ran".into()
+                }))
+            }
             ("gone", _) => lost(format!(
                 "the command is gone from {host} without an exit status (was the host rebooted, or its workdir cleared?)"
             )),
@@ -292,11 +321,16 @@ impl Transport {
         }
     }
 
-    /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well.
-    async fn job_action(&self, action: &str, dir: &str) -> Result<()> {
-        match self.short_action(&[action, dir, "-"], &[]).await?.as_deref() {
-            Some("0") => Ok(()),
-            Some(other) => bail!("{}", other.strip_prefix("error ").unwrap_or(other)),
+    /// Runs one of `job.sh`'s short actions (lease, close) and checks that it ended well;
+    /// returns what it said after its `0` (the lease: the host's boot id).
+    async fn job_action(&self, action: &str, dir: &str) -> Result<String> {
+        let trailer = self.short_action(&[action, dir, "-"], &[]).await?;
+        match trailer.as_deref().map(|t| t.split_once(' ').unwrap_or((t, ""))) {
+            Some(("0", said)) => Ok(said.trim().to_string()),
+            Some(_) => {
+                let other = trailer.unwrap_or_default();
+                bail!("{}", other.strip_prefix("error ").unwrap_or(&other))
+            }
             None => bail!("the connection broke"),
         }
     }
@@ -515,6 +549,56 @@ mod tests {
             (vec!["done".to_string()], vec!["done".to_string()])
         );
         assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "started twice");
+    }
+
+    /// A job whose `.boot` names another boot than the host's (it was started before a reboot,
+    /// not ended) is `Rebooted` when followed again: nothing of its files is read as output, and
+    /// its stale pid (here a live process of someone else's, as after a reboot it may be) is
+    /// neither waited on nor stopped by `close`. The lease's renewal says the host's boot id.
+    #[tokio::test]
+    async fn a_job_from_before_a_reboot_is_rebooted_and_its_stale_pid_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let transport = local(dir.path()).await;
+        let jobs = dir.path().join("jobs");
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert_eq!(
+            transport
+                .job_action("lease", &jobs.display().to_string())
+                .await
+                .unwrap(),
+            boot_id.trim()
+        );
+        let mut other = std::process::Command::new("setsid")
+            .args(["sleep", "300"])
+            .spawn()
+            .unwrap();
+        let pid = other.id().to_string();
+        for (ext, text) in [
+            ("out", "half a result\n".to_string()),
+            ("err", String::new()),
+            ("pid", format!("{pid}\n")),
+            ("boot", "6f1b3c2e-0d4a-4b1e-9a57-3c1d2e4f5a6b\n".to_string()),
+        ] {
+            std::fs::write(jobs.join(format!("j6.{ext}")), text).unwrap();
+        }
+        let (out, _, end) = run(&transport, "j6", "echo started anew", None).await;
+        let error = end.unwrap_err();
+        assert!(crate::transport::is_rebooted(&error), "{error:#}");
+        assert!(crate::transport::is_lost(&error), "a reboot is a kind of lost");
+        assert_eq!(out, Vec::<String>::new(), "the old job's file read as its output");
+        assert_eq!(transport.boot_id().as_deref(), Some(boot_id.trim()));
+        transport
+            .job_action("close", &jobs.display().to_string())
+            .await
+            .unwrap();
+        assert_eq!(
+            other.try_wait().unwrap(),
+            None,
+            "a stale pid's process was stopped"
+        );
+        assert!(!jobs.join("j6.stopped").exists());
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 
     /// `end` stops a job and, where the host has nvidia-smi, waits until none of its pids holds

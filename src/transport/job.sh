@@ -4,10 +4,16 @@
 # $6 $7 stdout and stderr bytes already received (attach)  $8 command (run) or a stop's reason
 # $9 the lease in seconds  $10 (end) how long TERM may take, in tenths of a second
 m=$4; d=$2; j=$2/$3
+# The host's boot id: a job started under another one died with the host (a reboot), whatever
+# its pid file says (after a reboot, that pid may be another process's).
+boot=; [ -r /proc/sys/kernel/random/boot_id ] && read -r boot < /proc/sys/kernel/random/boot_id
 printf '%s:start\n' "$m"; printf '%s:start\n' "$m" >&2
 exec 3<&0 </dev/null
 finish() { printf '%s:end\n' "$m"; printf '%s:end %s\n' "$m" "$1" >&2; exit 0; }
-group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; }
+# Whether job $j was started in this boot (jobs of earlier releases, without .boot, count so).
+this_boot() { [ ! -s "$j.boot" ] || { read -r was < "$j.boot"; [ "$was" = "$boot" ]; }; }
+# The job's process group in $p; none when the job was started before a reboot.
+group() { p=; [ -s "$j.pid" ] && read -r p < "$j.pid"; this_boot || p=; }
 # Whether process group $p exists (zombies included): what stop waits for, unless live=alive.
 exists() { kill -0 -"$p" 2>/dev/null; }
 # Whether process group $p has a process that is not a zombie (where no init reaps orphans,
@@ -63,17 +69,18 @@ supervise='__rigrun_job=$1; __rigrun_command=$2; set --
 { echo $$ > "$__rigrun_job.pid" && printf "%32s\n" "" > "$__rigrun_job.end"; } 2>/dev/null || exit 0
 ( ( (eval "$__rigrun_command"); r=$?; { printf "%s\n" $r > "$__rigrun_job.rc" || { printf "%s\n" $r 1<> "$__rigrun_job.end" && mv -f "$__rigrun_job.end" "$__rigrun_job.rc"; }; rm -f "$__rigrun_job.end"; } 2>/dev/null ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
 watch='cd "$1" || exit 1
-echo $$ > watchdog.pid; : > seen; idle=0
+echo $$ > watchdog.pid; printf "%s\n" "$3" > watchdog.boot; : > seen; idle=0; termed=
 while [ ! -e done ]; do
   sleep 1
   if [ lease -nt seen ]; then : > seen; idle=0; else idle=$((idle+1)); fi
   [ "$idle" -lt "$2" ] && continue
   for f in *.pid; do
     [ "$f" = watchdog.pid ] || [ -s "${f%.pid}.rc" ] && continue
-    read -r p < "$f" && [ -n "$p" ] && echo lease > "${f%.pid}.stopped" && kill -TERM -"$p" 2>/dev/null
+    was=; [ -s "${f%.pid}.boot" ] && read -r was < "${f%.pid}.boot"; [ -n "$was" ] && [ "$was" != "$3" ] && continue
+    read -r p < "$f" && [ -n "$p" ] && echo lease > "${f%.pid}.stopped" && kill -TERM -"$p" 2>/dev/null && termed="$termed $p"
   done
   sleep 2
-  for f in *.pid; do [ "$f" = watchdog.pid ] || { read -r p < "$f" && kill -KILL -"$p" 2>/dev/null; }; done
+  for p in $termed; do kill -KILL -"$p" 2>/dev/null; done
   break
 done
 rm -f watchdog.pid'
@@ -84,12 +91,14 @@ lease_up() {
   { : > "$2/lease"; } 2>/dev/null || unwritable "cannot write in $2"
   [ -e "$2/done" ] && rm -f "$2/done"
   w=; [ -s "$2/watchdog.pid" ] && read -r w < "$2/watchdog.pid"
-  if [ -z "$w" ] || ! kill -0 "$w" 2>/dev/null; then
-    setsid sh -c "$watch" rigrun "$2" "$9" >/dev/null 2>&1 3<&- &
+  wb=; [ -s "$2/watchdog.boot" ] && read -r wb < "$2/watchdog.boot"
+  # A watchdog of another boot died with it (its pid may be another process's now).
+  if [ -z "$w" ] || { [ -n "$wb" ] && [ "$wb" != "$boot" ]; } || ! kill -0 "$w" 2>/dev/null; then
+    setsid sh -c "$watch" rigrun "$2" "$9" "$boot" >/dev/null 2>&1 3<&- &
   fi
 }
 case $1 in
-lease) lease_up "$@"; finish 0;;
+lease) lease_up "$@"; finish "0 $boot";;
 close)
   for f in "$2"/*.pid; do
     [ -e "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
@@ -112,7 +121,7 @@ end)
 run)
   lease_up "$@"
   if [ ! -e "$j.out" ]; then
-    { : > "$j.out" && : > "$j.err"; } 2>/dev/null || unwritable "cannot write in $2"
+    { : > "$j.out" && : > "$j.err" && printf '%s\n' "$boot" > "$j.boot"; } 2>/dev/null || unwritable "cannot write in $2"
     setsid sh -c "$supervise" rigrun "$j" "$8" 3<&- &
     sup=$!
     listen "$@"
@@ -124,6 +133,9 @@ run)
   set -- attach "$2" "$3" "$4" "$5" 0 0 "$8" "$9";;
 esac
 [ -e "$j.out" ] || finish gone
+# Started before a reboot and not ended: its processes died with the host; its files are not
+# its result.
+[ -s "$j.rc" ] || [ -s "$j.stopped" ] || this_boot || finish "rebooted $boot"
 n=0; while [ ! -s "$j.pid" ] && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n+1)); done
 group
 listen "$@"

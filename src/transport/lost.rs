@@ -1,8 +1,10 @@
 //! The errors a command gets when the host, not the command, failed: [`Lost`], the connection
-//! could not be kept or got back in time, or the command vanished on the host (a reboot); and
-//! [`DiskFull`], the host's disk could not take the command's files. A step tells the first from
-//! the command's own failure with [`is_lost`]: a lost point may be run again, a failed one only
-//! when the step asks for retries; the second ([`is_disk_full`]) fails the point, not the host.
+//! could not be kept or got back in time, or the command vanished on the host; [`Rebooted`], the
+//! host rebooted while the command ran (its boot id changed: the command died with the host);
+//! and [`DiskFull`], the host's disk could not take the command's files. A step tells the first
+//! two from the command's own failure with [`is_lost`]: a lost point may be run again, a failed
+//! one only when the step asks for retries; [`is_rebooted`] tells a reboot apart (a server
+//! rigrun started is gone too); the third ([`is_disk_full`]) fails the point, not the host.
 
 use std::fmt;
 
@@ -31,14 +33,26 @@ reason_error!(
 );
 
 reason_error!(
+    /// The host rebooted while (or before) a command ran: the command's processes died with the
+    /// host, its files in the workdir stay but are not its result. A kind of lost.
+    Rebooted
+);
+
+reason_error!(
     /// The disk holding the host's workdir is full: a command could not be started there, or its
     /// end could not be kept. The point fails with this; the host is not lost.
     DiskFull
 );
 
-/// Whether `error` (or what it wraps) says the host was lost rather than the command failing.
+/// Whether `error` (or what it wraps) says the host was lost (or rebooted) rather than the
+/// command failing.
 pub fn is_lost(error: &anyhow::Error) -> bool {
-    caused_by::<Lost>(error)
+    caused_by::<Lost>(error) || is_rebooted(error)
+}
+
+/// Whether `error` (or what it wraps) says the host rebooted while the command ran.
+pub fn is_rebooted(error: &anyhow::Error) -> bool {
+    caused_by::<Rebooted>(error)
 }
 
 /// Whether `error` (or what it wraps) says the host's disk is full.

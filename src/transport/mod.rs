@@ -7,6 +7,7 @@
 //! host's login shell prints before our commands run is found once when connecting
 //! ([`LoginNoise`]) and kept out of every byte stream (SFTP, `cat`).
 
+mod boot;
 mod channel;
 mod cipher;
 mod frame;
@@ -25,10 +26,11 @@ use std::sync::Arc;
 use anyhow::Result;
 use tokio::sync::Semaphore;
 
+pub use boot::{OnReboot, Reboot};
 pub use job::{Job, JobEnd};
 pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
-pub use lost::{is_disk_full, is_lost, DiskFull, Lost};
+pub use lost::{is_disk_full, is_lost, is_rebooted, DiskFull, Lost, Rebooted};
 pub use many::{ManySink, Tar};
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};

@@ -533,6 +533,33 @@ impl Sshd {
         }
     }
 
+    /// The host in `netns` loses power: every process there is killed (SIGKILL: nothing is
+    /// told, nothing cleans up). Files stay, as on a disk.
+    pub fn power_off(&mut self, netns: &Netns) {
+        self.stop();
+        for (pid, _) in netns.processes("") {
+            let kill = Command::new("kill")
+                .args(["-9", &pid])
+                .stderr(Stdio::null())
+                .status();
+            let _ = kill;
+        }
+    }
+
+    /// The host in `netns` boots again: sshd starts as configured, where the kernel's boot id
+    /// reads `boot_id` (see [`spawn_sshd_booted`]).
+    pub fn boot(&mut self, netns: &Netns, boot_id: &str) {
+        let file = self.dir.join(format!("boot_id-{boot_id}"));
+        std::fs::write(&file, format!("{boot_id}\n")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("sshd.log"))
+            .unwrap();
+        let config = self.dir.join("sshd_config");
+        self.child = spawn_sshd_booted(&config, Some(&netns.name), Some(&file), log);
+        self.wait_listening();
+    }
+
     /// Starts this server again, as configured, in `netns`.
     pub fn start_again(&mut self, netns: &Netns) {
         let log = std::fs::OpenOptions::new()
@@ -562,15 +589,30 @@ impl Sshd {
 
 /// sshd in the foreground with `config`, in `netns` if given, logging to `log`.
 fn spawn_sshd(config: &Path, netns: Option<&str>, log: std::fs::File) -> Child {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, SSHD]);
-            c
-        }
-        None => Command::new(SSHD),
-    };
-    cmd.args(["-D", "-e", "-f", config.to_str().unwrap()])
+    spawn_sshd_booted(config, netns, None, log)
+}
+
+/// As [`spawn_sshd`]; with `boot_id`, in a mount namespace of its own where
+/// `/proc/sys/kernel/random/boot_id` reads that file (bind-mounted over it), for sshd and every
+/// process its sessions start, as on a host that booted again.
+fn spawn_sshd_booted(
+    config: &Path,
+    netns: Option<&str>,
+    boot_id: Option<&Path>,
+    log: std::fs::File,
+) -> Child {
+    let mut argv: Vec<&str> = Vec::new();
+    if let Some(ns) = netns {
+        argv.extend(["ip", "netns", "exec", ns]);
+    }
+    let mount = r#"mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@""#;
+    if let Some(file) = boot_id {
+        argv.extend(["unshare", "-m", "sh", "-c", mount, file.to_str().unwrap()]);
+    }
+    argv.push(SSHD);
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .args(["-D", "-e", "-f", config.to_str().unwrap()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

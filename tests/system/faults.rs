@@ -81,13 +81,18 @@ impl Faulty {
 
     /// Starts `rigrun run` in the background; its output goes to files beside the run.
     fn start(&self) -> Child {
+        self.spawn(&["run", "faults.yaml", "--runs-dir", "runs"])
+    }
+
+    /// Starts rigrun with `args` in the background, as [`Faulty::start`] does.
+    fn spawn(&self, args: &[&str]) -> Child {
         let out = std::fs::File::create(self.dir().join("rigrun.out")).unwrap();
         let err = std::fs::File::create(self.dir().join("rigrun.err")).unwrap();
         // As a user would run it: stderr is a file, and colours are rigrun's to decide.
         rigrun()
             .env_remove("NO_COLOR")
             .current_dir(self.dir())
-            .args(["run", "faults.yaml", "--runs-dir", "runs"])
+            .args(args)
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
@@ -148,6 +153,11 @@ impl Faulty {
         found.remove(0)
     }
 
+    /// Waits until rigrun says it lost the connection while point 2 ran.
+    fn wait_for_the_loss_of_point_2(&self, within: Duration) {
+        self.wait_for_notice("sweep n=2: lost the connection while the command ran", within);
+    }
+
     /// The host's processes that run this test's commands.
     fn commands_on_host(&self) -> Vec<(String, String)> {
         self.netns.processes(&format!("{} p", self.token))
@@ -175,6 +185,39 @@ impl Faulty {
                 err,
                 "point {n}'s stderr"
             );
+        }
+    }
+}
+
+impl Faulty {
+    /// Point `n` has two records: its first attempt lost with a reason containing `why`, its
+    /// second ok with its `lines`; returned for more checks.
+    fn assert_lost_then_ok(&self, n: u32, why: &str, lines: u32) -> [Value; 2] {
+        let recs = records(&self.run_dir());
+        let mine: Vec<Value> = recs.into_iter().filter(|r| r["point"]["n"] == n).collect();
+        let [lost, ok]: [Value; 2] = mine.try_into().expect("two attempts at the point");
+        assert_eq!(
+            (lost["attempt"].as_u64(), lost["status"].as_str()),
+            (Some(1), Some("lost"))
+        );
+        let reason = lost["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(why), "{reason}");
+        assert_eq!(
+            (ok["attempt"].as_u64(), ok["status"].as_str()),
+            (Some(2), Some("ok"))
+        );
+        assert_eq!(ok["metrics"]["lines"], lines);
+        [lost, ok]
+    }
+
+    /// Each of `points` has one record: ok, at its first attempt.
+    fn assert_ok_once(&self, points: &[u32]) {
+        let recs = records(&self.run_dir());
+        for n in points {
+            let mine: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == *n).collect();
+            assert_eq!(mine.len(), 1, "point {n}: {mine:?}");
+            let at = (mine[0]["status"].as_str(), mine[0]["attempt"].as_u64());
+            assert_eq!(at, (Some("ok"), Some(1)), "point {n}");
         }
     }
 }
@@ -237,10 +280,7 @@ fn sshd_killed_with_its_sessions_and_back_15_s_later_loses_nothing() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.sshd.kill_with_sessions(&host.netns);
-    host.wait_for_notice(
-        "sweep n=2: lost the connection while the command ran",
-        Duration::from_secs(30),
-    );
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(30));
     // The point's command lives on without its session.
     assert!(!host.commands_on_host().is_empty(), "the command died with sshd");
     // The fault itself: sshd stays down 15 s, as a restart after a crash would.
@@ -258,10 +298,7 @@ fn a_90_s_partition_is_waited_out_and_the_output_picked_up() {
     let run = host.start();
     host.wait_for_line(2, 2, Duration::from_secs(60));
     host.netns.link(false);
-    host.wait_for_notice(
-        "sweep n=2: lost the connection while the command ran",
-        Duration::from_secs(60),
-    );
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(60));
     // The fault itself: the link stays down 90 s; the point finishes on the host meanwhile.
     std::thread::sleep(Duration::from_secs(90));
     host.netns.link(true);
@@ -292,23 +329,7 @@ fn past_its_lease_a_partitioned_host_stops_the_command_by_itself() {
     let (code, err) = host.finish(run, Duration::from_secs(300));
     // The point the host stopped is lost, not failed: it runs once more, as attempt 2.
     assert_eq!(code, 0, "{err}");
-    let recs = records(&host.run_dir());
-    let first: Vec<&Value> = recs.iter().filter(|r| r["point"]["n"] == 1).collect();
-    assert_eq!(first.len(), 2, "{first:?}");
-    assert_eq!(
-        (first[0]["attempt"].as_u64(), first[0]["status"].as_str()),
-        (Some(1), Some("lost"))
-    );
-    let reason = first[0]["reason"].as_str().unwrap_or("");
-    assert!(
-        reason.contains("out of touch for longer than the lease (10s)"),
-        "{reason}"
-    );
-    assert_eq!(
-        (first[1]["attempt"].as_u64(), first[1]["status"].as_str()),
-        (Some(2), Some("ok"))
-    );
-    assert_eq!(first[1]["metrics"]["lines"], 40);
+    host.assert_lost_then_ok(1, "out of touch for longer than the lease (10s)", 40);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
 
@@ -356,4 +377,109 @@ fn a_host_gone_longer_than_reconnect_for_fails_within_it_with_the_reason_and_its
         host.commands_on_host().is_empty()
     });
     host.netns.link(true);
+}
+
+/// The jobs folder of the run on the host (`<workdir>/.rigrun/jobs/<run>-<key>/gpu`).
+fn jobs_on_host(dir: &Path) -> PathBuf {
+    let jobs = dir.join("work/.rigrun/jobs");
+    let run = std::fs::read_dir(&jobs)
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a run's jobs folder");
+    run.path().join("gpu")
+}
+
+/// The host loses power mid-point and boots again (a new boot id) within reconnect_for: the
+/// point that ran is lost with the reboot as its reason and runs again at once; the reboot is
+/// said once; what the dead job left in the workdir is not taken for its result.
+#[test]
+fn a_host_that_reboots_mid_point_loses_that_point_and_runs_it_again_at_once() {
+    let mut host = Faulty::new("fault-reboot", 8, "0.5", "");
+    let boot_before = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot_after = "0b5e55ed-1e55-4d1e-8a11-5ca1ab1e0001".to_string();
+    let run = host.start();
+    host.wait_for_line(2, 2, Duration::from_secs(60));
+    host.sshd.power_off(&host.netns);
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(30));
+    assert_eq!(
+        host.commands_on_host(),
+        [],
+        "the point's command died with the host"
+    );
+    host.sshd.boot(&host.netns, &boot_after);
+    let (code, err) = host.finish(run, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+
+    // Every point ok exactly once; point 2's first attempt lost with the reboot, then ok.
+    let run_dir = host.run_dir();
+    host.assert_ok_once(&[1, 3, 4]);
+    let why = "the host rebooted (boot id changed) while the command ran; runs again as attempt 2";
+    let [lost, _] = host.assert_lost_then_ok(2, why, 8);
+    assert_eq!(
+        lost["metrics"],
+        serde_json::json!({}),
+        "the dead job's files read as a result"
+    );
+    // The lost attempt's log holds what it printed before the power went, and no record.
+    let lost_log = point_log(&run_dir, 2, "stdout").unwrap();
+    assert!(lost_log.contains("fault-reboot p2 line 2\n"), "{lost_log}");
+    assert!(!lost_log.contains("\"lines\""), "{lost_log}");
+    // Its files stay on the host, without an exit status: rigrun did not take it as ended.
+    let jobs = jobs_on_host(host.dir());
+    assert!(jobs.join("s01-p002-a1.out").exists());
+    assert!(!jobs.join("s01-p002-a1.rc").exists());
+    assert_eq!(
+        std::fs::read_to_string(jobs.join("s01-p002-a1.boot")).unwrap(),
+        boot_before
+    );
+
+    // The reboot, said once in words, with both boot ids; the facts keep the new one.
+    let reboots: Vec<Value> = events(&run_dir)
+        .into_iter()
+        .filter(|e| e["event"] == "host_rebooted")
+        .collect();
+    assert_eq!(reboots.len(), 1, "{reboots:?}");
+    assert_eq!(reboots[0]["boot_id_before"], boot_before.trim());
+    assert_eq!(reboots[0]["boot_id"], boot_after);
+    let said = "gpu rebooted (its boot id changed): the commands rigrun ran there died with it";
+    assert!(
+        reboots[0]["message"].as_str().unwrap().starts_with(said),
+        "{reboots:?}"
+    );
+    assert_eq!(err.lines().filter(|l| l.contains(said)).count(), 1, "{err}");
+    assert_eq!(manifest(&run_dir)["hosts"]["gpu"]["facts"]["boot_id"], boot_after);
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
+}
+
+/// rigrun killed mid-point (SIGKILL: nothing journaled of the point's end), then the host loses
+/// power and boots again; `--resume` says the reboot, finds the point's job gone with it (its
+/// files still there) and runs the point again as its next attempt.
+#[test]
+fn a_resume_after_a_reboot_says_so_and_runs_the_points_that_were_running_again() {
+    let mut host = Faulty::new("fault-reboot-resume", 8, "0.5", "");
+    let boot_after = "0b5e55ed-1e55-4d1e-8a11-5ca1ab1e0002";
+    let mut first = host.start();
+    host.wait_for_line(2, 2, Duration::from_secs(60));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    host.sshd.power_off(&host.netns);
+    host.sshd.boot(&host.netns, boot_after);
+    let run_dir = host.run_dir();
+    let resumed = host.spawn(&["run", "--resume", run_dir.to_str().unwrap()]);
+    let (code, err) = host.finish(resumed, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+    let said = "gpu rebooted since the run was last connected to it (its boot id changed)";
+    assert_eq!(err.lines().filter(|l| l.contains(said)).count(), 1, "{err}");
+    let reboots = events(&run_dir)
+        .into_iter()
+        .filter(|e| e["event"] == "host_rebooted")
+        .count();
+    assert_eq!(
+        reboots, 1,
+        "said once: the point's job found gone says it no more"
+    );
+    host.assert_ok_once(&[1, 3, 4]);
+    host.assert_lost_then_ok(2, "the host rebooted (boot id changed) while the command ran", 8);
+    assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
