@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::command::CommandEnd;
 use super::record_line::{self, Line};
-use super::sweep_server::SweepServer;
+use super::sweep_server::{Death, SweepServer};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{RunSweepPlan, SweepPoint};
@@ -312,6 +312,16 @@ async fn run_point(
     let label = point.label();
     let (mut attempt, mut retried, mut rerun_lost) = (at.first, 0, false);
     loop {
+        if let Some(gone) = server.and_then(|s| s.gone(ctx).map(|death| (s, death))) {
+            let (server, Death { cause, .. }) = gone;
+            if let Err(why_not) = server.recover(ctx, (&step.name, &label), &cause).await {
+                let not_run = format!("the server was gone before {label} and did not come back: {why_not}");
+                return Ok(Outcome::ServerGone {
+                    reason: not_run.clone(),
+                    not_run,
+                });
+            }
+        }
         let started = Instant::now();
         let this = attempt_at(step, point, at.run(attempt));
         ctx.emit(Event::PointStarted {
@@ -351,10 +361,17 @@ async fn run_point(
             // The point fails, not the host: the next point may find room again.
             Err(e) if crate::transport::is_disk_full(&e) => (format!("{e:#}"), None),
             Err(e) => return Err(e),
-            Ok(Attempted::ServerDied(cause)) => {
+            Ok(Attempted::ServerDied(Death { cause, rebooted })) => {
                 let server = server.expect("only a watched server dies");
                 let said = format!("the server died during the point: {cause}");
                 match server.recover(ctx, (&step.name, &label), &cause).await {
+                    // Lost with the host, as the point's own command: run again, not failed.
+                    Ok(words) if rebooted && !rerun_lost => {
+                        let why = format!("{said}; {words}; runs again as attempt {}", attempt + 1);
+                        finish_attempt(ctx, (step, point, &this), RecordStatus::Lost, &why, None, started);
+                        (rerun_lost, attempt) = (true, attempt + 1);
+                        continue;
+                    }
                     Ok(words) => (format!("{said}; {words}"), None),
                     Err(why_not) => {
                         let why = format!("{said}; {why_not}");
@@ -538,7 +555,7 @@ async fn run_attempt(
 /// How an attempt's command ended: by itself, or cut short as the server it measures died.
 enum Attempted {
     Ended(CommandEnd),
-    ServerDied(String),
+    ServerDied(Death),
 }
 
 /// An attempt that did not end the point well, `status` failed or lost: recorded with `why`

@@ -35,10 +35,12 @@ pub struct Watch {
     ended: Option<Ended>,
 }
 
-/// How a server's job ended: it exited (or was stopped), or rigrun lost the host it ran on.
+/// How a server's job ended: it exited (or was stopped), the host rebooted under it, or rigrun
+/// lost the host it ran on.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ended {
     Exited(String),
+    Rebooted(String),
     HostLost(String),
 }
 
@@ -47,7 +49,7 @@ impl Watch {
     pub fn gone(watch: &Mutex<Watch>) -> Option<String> {
         let w = watch.lock().ok()?;
         let how = match w.ended.clone()? {
-            Ended::Exited(how) | Ended::HostLost(how) => how,
+            Ended::Exited(how) | Ended::Rebooted(how) | Ended::HostLost(how) => how,
         };
         Some(format!(
             "the server exited ({how}); its last lines: {}",
@@ -55,11 +57,16 @@ impl Watch {
         ))
     }
 
-    /// Why the server's process is gone, when it exited on the host (not when rigrun lost the
-    /// host it runs on: that is the host's failure, not the server's).
-    pub fn exited(watch: &Mutex<Watch>) -> Option<String> {
-        let exited = matches!(watch.lock().ok()?.ended, Some(Ended::Exited(_)));
-        exited.then(|| Watch::gone(watch)).flatten()
+    /// Why the server's process is gone, when it exited on the host or the host rebooted (not
+    /// when rigrun lost the host it runs on: that is the host's failure, not the server's), and
+    /// whether it was the reboot.
+    pub fn exited(watch: &Mutex<Watch>) -> Option<(String, bool)> {
+        let rebooted = match watch.lock().ok()?.ended {
+            Some(Ended::Exited(_)) => false,
+            Some(Ended::Rebooted(_)) => true,
+            _ => return None,
+        };
+        Some((Watch::gone(watch)?, rebooted))
     }
 
     /// The last lines the server printed (at most [`TAIL_LINES`]).
@@ -123,6 +130,7 @@ pub fn spawn_job(
         let ended = match transport.run_job(&job, &mut on_output, &mut on_warning).await {
             Ok(JobEnd::Exited(code)) => Ended::Exited(exit_words(code)),
             Ok(JobEnd::TimedOut) => Ended::Exited("stopped".to_string()),
+            Err(e) if crate::transport::is_rebooted(&e) => Ended::Rebooted(format!("{e:#}")),
             Err(e) => Ended::HostLost(format!("{e:#}")),
         };
         if let Ok(mut w) = watch.lock() {
@@ -302,9 +310,9 @@ mod tests {
         watch.lock().unwrap().ended = Some(Ended::HostLost("h: connection lost".into()));
         assert_eq!(Watch::exited(&watch), None, "a lost host is the host's failure");
         watch.lock().unwrap().ended = Some(Ended::Exited("exit code 1".into()));
-        assert_eq!(
-            Watch::exited(&watch).unwrap(),
-            "the server exited (exit code 1); its last lines: loading | torch.OutOfMemoryError: CUDA out of memory"
-        );
+        let said = "the server exited (exit code 1); its last lines: loading | torch.OutOfMemoryError: CUDA out of memory";
+        assert_eq!(Watch::exited(&watch).unwrap(), (said.to_string(), false));
+        watch.lock().unwrap().ended = Some(Ended::Rebooted("the host rebooted".into()));
+        assert!(Watch::exited(&watch).unwrap().1, "gone with the host's reboot");
     }
 }

@@ -42,13 +42,25 @@ enum Origin {
 /// The server one sweep measures on one host.
 pub struct SweepServer {
     url: String,
-    endpoint: HttpEndpoint,
     api_key: Option<String>,
     origin: Origin,
+    /// The host's boot id when the server was last (re)started: one gone with a reboot since is
+    /// lost with it.
+    boot_id: std::sync::Mutex<Option<String>>,
 }
+
+/// Reads the host's boot id (Linux), to tell a dead server from one that went with a reboot.
+const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id 2>/dev/null || true";
 
 /// What came of a death: the sweep goes on (`Ok`, said in words), or not (`Err`, why).
 pub type Recovery = Result<String, String>;
+
+/// Why the server is taken for dead, and whether the host rebooted under it (then the point it
+/// measured is lost with the host, not failed).
+pub struct Death {
+    pub cause: String,
+    pub rebooted: bool,
+}
 
 impl SweepServer {
     /// The server the sweep measures: the variant's; else one `start-server` started (the one at
@@ -74,41 +86,83 @@ impl SweepServer {
             ),
             (None, None) => return None,
         };
-        let endpoint = ctx.transport.http_endpoint(&url).await.ok()?;
         Some(SweepServer {
             url,
-            endpoint,
             api_key,
             origin,
+            boot_id: std::sync::Mutex::new(ctx.transport.boot_id()),
         })
+    }
+
+    /// Whether the server rigrun started is already gone — exited, or the host rebooted since
+    /// it started (a reboot that ended the point's own command first) —: then it is started
+    /// again before the next attempt.
+    pub fn gone(&self, ctx: &HostCtx) -> Option<Death> {
+        let Origin::Started(job) = &self.origin else {
+            return None;
+        };
+        if let Some((cause, rebooted)) = Watch::exited(&job.watch()) {
+            return Some(Death { cause, rebooted });
+        }
+        let rebooted = self.rebooted_since(ctx.transport.boot_id().as_deref());
+        rebooted.then(|| Death {
+            cause: "the host rebooted (its boot id changed), and the server with it".into(),
+            rebooted,
+        })
+    }
+
+    /// Whether `now` (a boot id the host gave) differs from the one the server started under.
+    fn rebooted_since(&self, now: Option<&str>) -> bool {
+        let before = self.boot_id.lock().expect("boot id").clone();
+        let now = now.map(str::trim).filter(|b| !b.is_empty());
+        matches!((before.as_deref(), now), (Some(b), Some(n)) if b != n)
     }
 
     /// Resolves once the server is taken for dead, with why: its process exited on the host, or
     /// it refused [`REFUSALS`] probes in a row while the host itself answered (a busy server
     /// that is slow to answer is not dead; a lost link is the host's failure, not the server's).
-    pub async fn died(&self, ctx: &HostCtx) -> String {
+    pub async fn died(&self, ctx: &HostCtx) -> Death {
         let mut refused = 0;
+        let mut endpoint = self.endpoint(ctx).await;
         for tick in 1u32.. {
             tokio::time::sleep(TICK).await;
             if let Origin::Started(job) = &self.origin {
-                if let Some(why) = Watch::exited(&job.watch()) {
-                    return why;
+                if let Some((cause, rebooted)) = Watch::exited(&job.watch()) {
+                    return Death { cause, rebooted };
                 }
             }
             if tick % PROBE_TICKS != 0 {
                 continue;
             }
-            match refuses(&self.endpoint, self.api_key.as_deref()).await {
-                None => refused = 0,
-                Some(why) => {
-                    refused += 1;
-                    if refused >= REFUSALS && ctx.transport.output("true").await.is_ok() {
-                        return format!("{} stopped answering: {why}", self.url);
-                    }
-                }
+            let key = self.api_key.as_deref();
+            let refused_now = match &endpoint {
+                Some(e) => refuses(e, key).await,
+                None => Some("no port forward to it".into()),
+            };
+            let Some(why) = refused_now else {
+                refused = 0;
+                continue;
+            };
+            // A forward through an SSH master that has since been replaced refuses too: the
+            // server is judged through a fresh one.
+            endpoint = self.endpoint(ctx).await;
+            refused += 1;
+            if refused < REFUSALS {
+                continue;
+            }
+            // The host answers, so the link is not what failed; its boot id says if it rebooted.
+            if let Ok(boot) = ctx.transport.output(BOOT_ID).await {
+                let rebooted = self.rebooted_since(Some(&boot));
+                let cause = format!("{} stopped answering: {why}", self.url);
+                return Death { cause, rebooted };
             }
         }
         unreachable!("the probes go on until the server dies")
+    }
+
+    /// A way to the server from here (for SSH hosts a port forward through the current master).
+    async fn endpoint(&self, ctx: &HostCtx) -> Option<HttpEndpoint> {
+        ctx.transport.http_endpoint(&self.url).await.ok()
     }
 
     /// After the server died during `point` of `step`: started again or waited for; said as an
@@ -128,6 +182,13 @@ impl SweepServer {
             },
             Origin::Found { down_for } => (self.wait_for(ctx, *down_for).await, None),
         };
+        if recovery.is_ok() {
+            // The boot the server now runs under, as the host says it (rigrun's own record of it
+            // may lag behind a reboot).
+            let now = ctx.transport.output(BOOT_ID).await.ok();
+            let now = now.map(|b| b.trim().to_string()).filter(|b| !b.is_empty());
+            *self.boot_id.lock().expect("boot id") = now.or_else(|| ctx.transport.boot_id());
+        }
         let outcome = match &recovery {
             Ok(words) => words.clone(),
             Err(why) => format!("{why}; the sweep's remaining points are not run"),
@@ -156,7 +217,10 @@ impl SweepServer {
             ),
         });
         let key = self.api_key.as_deref();
-        match wait_until_up(&self.endpoint, down_for, key, &|| None).await {
+        let Some(endpoint) = self.endpoint(ctx).await else {
+            return Err(format!("no port forward to {} could be made", self.url));
+        };
+        match wait_until_up(&endpoint, down_for, key, &|| None).await {
             Ok((_, waited)) => Ok(format!("it answered again after {}", super::human(waited))),
             Err(_) => Err(format!(
                 "it did not answer again within {} (verify-server's `down_for:`)",

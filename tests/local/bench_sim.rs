@@ -314,7 +314,14 @@ fn ctrl_c_prints_what_was_measured_so_far_with_goodput() {
             "--input-len",
             "8",
         ])
-        .args(["--output-len", "16", "--warmup", "0", "--slo", "p99_ttft_ms=60000"])
+        .args([
+            "--output-len",
+            "16",
+            "--warmup",
+            "0",
+            "--slo",
+            "p99_ttft_ms=60000",
+        ])
         // Seconds a level: the interrupt, sent the moment C=1's line is out, finds C=2 running.
         .args(["--num-requests", "300"])
         .stdout(std::process::Stdio::piped())

@@ -483,3 +483,41 @@ fn a_resume_after_a_reboot_says_so_and_runs_the_points_that_were_running_again()
     host.assert_lost_then_ok(2, "the host rebooted (boot id changed) while the command ran", 8);
     assert_eq!(host.commands_on_host(), [], "commands left on the host");
 }
+
+/// As above, with a server rigrun started on the host (`start-server`, the sim): the reboot
+/// takes the server with it; the point that ran is lost, not failed, the server is started
+/// again once the host is back, and the sweep goes on to its end in the same run.
+#[test]
+fn a_reboot_takes_the_started_server_along_and_the_sweep_starts_it_again() {
+    let mut host = Faulty::new("fault-reboot-server", 8, "0.5", "");
+    let with_server = std::fs::read_to_string(host.dir().join("faults.yaml"))
+        .unwrap()
+        .replace(
+        "steps:\n",
+        "steps:\n  - start-server:\n      command: \"{{ rigrun }} sim --profile tiny --port 30000\"\n      \
+         url: http://127.0.0.1:30000\n",
+    );
+    std::fs::write(host.dir().join("faults.yaml"), with_server).unwrap();
+    let run = host.start();
+    host.wait_for_line(2, 2, Duration::from_secs(60));
+    host.sshd.power_off(&host.netns);
+    host.wait_for_the_loss_of_point_2(Duration::from_secs(30));
+    host.sshd
+        .boot(&host.netns, "0b5e55ed-1e55-4d1e-8a11-5ca1ab1e0003");
+    let (code, err) = host.finish(run, Duration::from_secs(180));
+    assert_eq!(code, 0, "{err}");
+    host.assert_ok_once(&[1, 3, 4]);
+    host.assert_lost_then_ok(2, "the host rebooted", 8);
+    let crashes = &manifest(&host.run_dir())["hosts"]["gpu"]["server_crashes"];
+    assert_eq!(crashes.as_array().map(Vec::len), Some(1), "{crashes:#}");
+    assert_eq!(crashes[0]["recovered"], true, "{crashes:#}");
+    assert!(
+        crashes[0]["cause"].as_str().unwrap().contains("rebooted"),
+        "{crashes:#}"
+    );
+    assert_eq!(
+        host.netns.processes("rigrun sim"),
+        [],
+        "the restarted server stopped with the host"
+    );
+}
