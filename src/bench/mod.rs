@@ -188,11 +188,14 @@ async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> a
     let header = display::header(shared.goodput.is_some());
     eprintln!("{header}");
     let mut measured: Vec<Summary> = Vec::new();
+    // One listener for the whole run, so that no Ctrl-C falls between two levels.
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
     for (n, &concurrency) in args.concurrency.iter().enumerate() {
         let level = run_level(shared, args, info, concurrency, info.seed ^ n as u64);
         let summary = tokio::select! {
             summary = level => summary,
-            _ = tokio::signal::ctrl_c() => {
+            _ = &mut interrupt => {
                 eprintln!("{}", display::interrupted(concurrency, &header, &measured));
                 return Ok(Exit::Failed);
             }
