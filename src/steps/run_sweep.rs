@@ -72,7 +72,7 @@ pub async fn run(
             },
         };
         let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && plan.stop_on_failure;
-        if let Outcome::ServerGone { not_run, .. } = &outcome {
+        if let Outcome::ServerGone { not_run, .. } | Outcome::NotRun { not_run } = &outcome {
             gone = Some(not_run.clone());
         }
         let shown = match plan.repeat {
@@ -160,6 +160,10 @@ enum Outcome {
         reason: String,
         not_run: String,
     },
+    /// Not run (nor recorded), as the server was gone before it and did not come back.
+    NotRun {
+        not_run: String,
+    },
 }
 
 impl Outcome {
@@ -188,6 +192,8 @@ impl Tally {
             Outcome::Failed { reason, .. } | Outcome::ServerGone { reason, .. } => {
                 self.failed.push(format!("{label}: {reason}"))
             }
+            // Counted among the points not run, with the sweep's reason.
+            Outcome::NotRun { .. } => {}
         }
     }
 
@@ -204,11 +210,14 @@ impl Tally {
             0 => String::new(),
             n => format!("{n} of {total} points failed ({})", self.failed.join("; ")),
         };
+        let left = total - self.ok - self.skipped - self.failed.len();
         if let Some(why) = not_run {
-            details["not_run"] = json!(format!("not run: {why}"));
-            let left = total - self.ok - self.skipped - self.failed.len();
-            let sep = if error.is_empty() { "" } else { "; " };
-            error = format!("{error}{sep}{left} of {total} points not run: {why}");
+            // The tables' cell says `not run: <this>`.
+            details["not_run"] = json!(why);
+            if left > 0 {
+                let sep = if error.is_empty() { "" } else { "; " };
+                error = format!("{error}{sep}{left} of {total} points not run: {why}");
+            }
         }
         StepOutcome {
             status: Status::Failed,
@@ -316,10 +325,7 @@ async fn run_point(
             let (server, Death { cause, .. }) = gone;
             if let Err(why_not) = server.recover(ctx, (&step.name, &label), &cause).await {
                 let not_run = format!("the server was gone before {label} and did not come back: {why_not}");
-                return Ok(Outcome::ServerGone {
-                    reason: not_run.clone(),
-                    not_run,
-                });
+                return Ok(Outcome::NotRun { not_run });
             }
         }
         let started = Instant::now();

@@ -4,6 +4,7 @@
 //! (rigrun started it: `restarts:`, with back-off) or waited for (it did not: verify-server's
 //! `down_for:`), and the sweep goes on — or its remaining points are not run, with the reason.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::server_job::{ServerJob, Watch};
@@ -47,6 +48,9 @@ pub struct SweepServer {
     /// The host's boot id when the server was last (re)started: one gone with a reboot since is
     /// lost with it.
     boot_id: std::sync::Mutex<Option<String>>,
+    /// The way to the server, made once and made again only when it refuses (a port forward
+    /// costs a round trip to the host; one through a replaced SSH master refuses for good).
+    endpoint: std::sync::Mutex<Option<Arc<HttpEndpoint>>>,
 }
 
 /// Reads the host's boot id (Linux), to tell a dead server from one that went with a reboot.
@@ -91,6 +95,7 @@ impl SweepServer {
             api_key,
             origin,
             boot_id: std::sync::Mutex::new(ctx.transport.boot_id()),
+            endpoint: std::sync::Mutex::default(),
         })
     }
 
@@ -123,7 +128,7 @@ impl SweepServer {
     /// that is slow to answer is not dead; a lost link is the host's failure, not the server's).
     pub async fn died(&self, ctx: &HostCtx) -> Death {
         let mut refused = 0;
-        let mut endpoint = self.endpoint(ctx).await;
+        let mut endpoint = self.endpoint(ctx, false).await;
         for tick in 1u32.. {
             tokio::time::sleep(TICK).await;
             if let Origin::Started(job) = &self.origin {
@@ -145,7 +150,7 @@ impl SweepServer {
             };
             // A forward through an SSH master that has since been replaced refuses too: the
             // server is judged through a fresh one.
-            endpoint = self.endpoint(ctx).await;
+            endpoint = self.endpoint(ctx, true).await;
             refused += 1;
             if refused < REFUSALS {
                 continue;
@@ -161,8 +166,15 @@ impl SweepServer {
     }
 
     /// A way to the server from here (for SSH hosts a port forward through the current master).
-    async fn endpoint(&self, ctx: &HostCtx) -> Option<HttpEndpoint> {
-        ctx.transport.http_endpoint(&self.url).await.ok()
+    /// With `fresh`, a new one in place of the one kept.
+    async fn endpoint(&self, ctx: &HostCtx, fresh: bool) -> Option<Arc<HttpEndpoint>> {
+        let kept = self.endpoint.lock().expect("endpoint").clone();
+        if let (Some(kept), false) = (kept, fresh) {
+            return Some(kept);
+        }
+        let made = Arc::new(ctx.transport.http_endpoint(&self.url).await.ok()?);
+        *self.endpoint.lock().expect("endpoint") = Some(made.clone());
+        Some(made)
     }
 
     /// After the server died during `point` of `step`: started again or waited for; said as an
@@ -217,7 +229,7 @@ impl SweepServer {
             ),
         });
         let key = self.api_key.as_deref();
-        let Some(endpoint) = self.endpoint(ctx).await else {
+        let Some(endpoint) = self.endpoint(ctx, true).await else {
             return Err(format!("no port forward to {} could be made", self.url));
         };
         match wait_until_up(&endpoint, down_for, key, &|| None).await {

@@ -11,19 +11,29 @@ pub const LATEST: &str = "latest";
 /// Points `runs_dir/latest` at the run `run_id` (a relative link, so the folder can move),
 /// replacing the old link in one rename. Best effort: a file system without links keeps none.
 pub fn point_latest(runs_dir: &Path, run_id: &str) -> std::io::Result<()> {
-    let staged = runs_dir.join(format!(".{LATEST}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&staged);
     #[cfg(unix)]
-    std::os::unix::fs::symlink(run_id, &staged)?;
+    {
+        let staged = runs_dir.join(format!(".{LATEST}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&staged);
+        std::os::unix::fs::symlink(run_id, &staged)?;
+        std::fs::rename(&staged, runs_dir.join(LATEST))
+    }
     #[cfg(not(unix))]
-    return Ok(());
-    std::fs::rename(&staged, runs_dir.join(LATEST))
+    {
+        let _ = (runs_dir, run_id);
+        Ok(())
+    }
 }
 
 /// The run directories under `runs_dir`, oldest first (run ids start with their UTC time),
-/// each with its manifest or why it cannot be read; the `latest` link and files left out.
+/// each with its manifest or why it cannot be read; the `latest` link and files left out. A
+/// runs directory that does not exist yet holds no run.
 pub fn list(runs_dir: &Path) -> std::io::Result<Vec<(PathBuf, anyhow::Result<Manifest>)>> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(runs_dir)?
+    let entries = match std::fs::read_dir(runs_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        entries => entries?,
+    };
+    let mut dirs: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name() != LATEST && !e.file_name().to_string_lossy().starts_with('.'))
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -51,5 +61,9 @@ mod tests {
         assert_eq!(names, ["20260101T000000Z-a", "20260102T000000Z-b"]);
         let unreadable = &list(runs.path()).unwrap()[0].1;
         assert!(unreadable.is_err(), "no run.json: said, not skipped");
+        assert!(
+            list(&runs.path().join("none")).unwrap().is_empty(),
+            "no runs directory yet"
+        );
     }
 }

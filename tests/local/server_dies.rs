@@ -125,8 +125,9 @@ fn a_server_rigrun_did_not_start_is_waited_for_then_the_rest_of_the_sweep_is_not
     );
     let shown = run_rigrun(dir, &["show", run_dir.to_str().unwrap()]);
     let (shown, _) = text(&shown);
-    let why = "not run: the server died during n=2 and did not come back: it did not answer again within 2s";
-    assert!(shown.contains(why), "{shown}");
+    let why =
+        "] not run: the server died during n=2 and did not come back: it did not answer again within 2s";
+    assert!(shown.contains(why), "the cell's note, said once: {shown}");
 }
 
 #[test]

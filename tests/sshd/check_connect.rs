@@ -1,23 +1,22 @@
 //! `rigrun check --connect`: every host reached in parallel over real SSH, its facts in one line;
 //! a host that cannot be reached is named with ssh's reason and makes the exit code 1.
 
-use crate::common::{free_port, run_rigrun, text, ClientKey, Sshd};
+use crate::common::{free_port, run_rigrun, text};
+use crate::resume::loopback_host;
 
 #[test]
 fn check_connect_prints_each_hosts_facts_and_names_the_one_it_cannot_reach() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let key = ClientKey::new(dir);
-    let sshd = Sshd::start(dir, "a", &key);
-    let known_hosts = dir.join("known_hosts");
-    std::fs::write(&known_hosts, sshd.known_hosts_line()).unwrap();
-    let reached = sshd.inventory_entry("a", &key, &known_hosts, &dir.join("work-a"), "");
-    // The same host on a port nothing listens on.
-    let closed = free_port();
-    let gone = sshd
-        .inventory_entry("b", &key, &known_hosts, &dir.join("work-b"), "")
-        .replace(&format!("port: {}", sshd.port), &format!("port: {closed}"));
-    std::fs::write(dir.join("hosts.yaml"), format!("hosts:\n{reached}{gone}")).unwrap();
+    let sshd = loopback_host(dir);
+    // Beside host `a`, the same host as `b` on a port nothing listens on.
+    let inventory = std::fs::read_to_string(dir.join("hosts.yaml")).unwrap();
+    let entry = inventory.strip_prefix("hosts:\n").unwrap();
+    let gone = entry
+        .replacen("  a:", "  b:", 1)
+        .replace("work-a", "work-b")
+        .replace(&format!("port: {}", sshd.port), &format!("port: {}", free_port()));
+    std::fs::write(dir.join("hosts.yaml"), format!("{inventory}{gone}")).unwrap();
     std::fs::write(
         dir.join("p.yaml"),
         "name: c\nsteps:\n  - shell: {command: \"true\"}\n",

@@ -30,7 +30,7 @@ fn a_server_that_dies_and_may_not_restart_leaves_the_rest_not_run_until_a_resume
     let shown = run_rigrun(dir, &["show", run_dir.to_str().unwrap()]);
     let (shown, _) = text(&shown);
     assert!(
-        shown.contains("not run: the server died during n=2 and did not come back"),
+        shown.contains("] not run: the server died during n=2 and did not come back"),
         "{shown}"
     );
 
