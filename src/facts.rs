@@ -27,6 +27,9 @@ pub struct HostFacts {
     pub arch: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
+    /// The C library: `glibc 2.36` (`getconf GNU_LIBC_VERSION`), or `musl libc (x86_64)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub libc: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -192,6 +195,8 @@ printf 'home\t%s\n' "$HOME"
 printf 'hostname\t%s\n' "$(uname -n)"
 printf 'kernel\t%s\n' "$(uname -sr)"
 printf 'arch\t%s\n' "$(uname -m)"
+libc=$(getconf GNU_LIBC_VERSION 2>/dev/null) || libc=$(ldd --version 2>&1 | head -n1)
+[ -n "$libc" ] && printf 'libc\t%s\n' "$libc"
 [ -r /proc/sys/kernel/random/boot_id ] && printf 'boot_id\t%s\n' "$(cat /proc/sys/kernel/random/boot_id)"
 if [ -r /etc/os-release ]; then
   os=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-$NAME}")
@@ -239,6 +244,7 @@ pub fn parse(out: &str) -> Result<HostFacts, String> {
             "kernel" => facts.kernel = text(),
             "arch" => facts.arch = text(),
             "os" => facts.os = text(),
+            "libc" => facts.libc = text(),
             "cpu" => facts.cpu = text(),
             "nvidia_smi" => facts.nvidia_smi = text(),
             "boot_id" => facts.boot_id = text().filter(|id| !id.is_empty()),

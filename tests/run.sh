@@ -29,7 +29,8 @@ done
 # The test binaries (tests/<name>/main.rs) that need only this machine and a loopback sshd
 # (fuzz_config runs a few hundred generated configurations; `bash fuzz/config.sh` a million;
 # layering reads the sources for imports against ARCHITECTURE.md's floors); the others are
-# system (root: namespaces, tmpfs), browser (Chromium) and llama (llama.cpp).
+# system (root: namespaces, tmpfs), browser (Chromium), llama (llama.cpp) and host_binary (the
+# rigrun built by tools/host-binary.sh for hosts).
 fast_tests=(local sshd fuzz_config layering)
 
 # What the tests start: sshd and ssh always; for the full run also ip (network namespaces),
@@ -71,6 +72,9 @@ else
   # Built first, so that its progress shows here rather than inside a test.
   echo "tests: preparing the llama.cpp tier"
   bash tests/llama/prepare.sh
+  # The host_binary tier checks the rigrun that is sent to hosts, built as users build it.
+  echo "tests: building the host binary (glibc 2.17)"
+  bash tools/host-binary.sh
 fi
 
 log=$(mktemp)

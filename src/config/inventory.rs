@@ -51,6 +51,10 @@ pub struct HostSpec {
     /// sweeps read the GPUs' telemetry there instead of running nvidia-smi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dcgm_exporter: Option<String>,
+    /// The rigrun binary (a path here, `~/` for the home folder) that `{{ rigrun }}` sends to
+    /// this host, instead of the one for its CPU in the host-binaries folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rigrun_binary: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]

@@ -82,8 +82,12 @@ impl HostJob {
         if let Ok(mut open) = self.open.lock() {
             open.push(transport.clone());
         }
-        // One round trip: what the login shell prints, and the host's facts.
-        let facts = gather_facts(&transport).await.map_err(fail(super::CONNECT))?;
+        // One round trip: what the login shell prints, the host's facts, and the sha256 of its
+        // rigrun copy when the playbook uses one.
+        let probe = rigrun_binary::probe(config, &self.host);
+        let (facts, copy) = gather_facts_and(&transport, probe.as_deref())
+            .await
+            .map_err(fail(super::CONNECT))?;
         self.report_login_noise(&transport);
         self.emit(Event::HostConnected {
             host: self.host.clone(),
@@ -116,7 +120,7 @@ impl HostJob {
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
         ctx.transport.start_jobs(&jobs);
-        let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts)
+        let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts, &copy)
             .await
             .map_err(fail("upload rigrun"))?;
         let builtins = Builtins {
@@ -256,8 +260,18 @@ pub(super) fn boot_ids(manifest: &crate::store::Manifest) -> std::collections::H
 
 /// The host's facts, in one round trip.
 pub(super) async fn gather_facts(transport: &Transport) -> Result<crate::facts::HostFacts> {
-    let out = transport.probe_login(crate::facts::COMMAND).await?;
-    crate::facts::parse(&out).map_err(anyhow::Error::msg)
+    Ok(gather_facts_and(transport, None).await?.0)
+}
+
+/// The host's facts and, in the same round trip, its answer to the rigrun copy's `probe`.
+async fn gather_facts_and(
+    transport: &Transport,
+    probe: Option<&str>,
+) -> Result<(crate::facts::HostFacts, rigrun_binary::HostCopy)> {
+    let command = format!("{}{}", crate::facts::COMMAND, probe.unwrap_or_default());
+    let out = transport.probe_login(&command).await?;
+    let facts = crate::facts::parse(&out).map_err(anyhow::Error::msg)?;
+    Ok((facts, rigrun_binary::HostCopy::parse(&out)))
 }
 
 /// The inventory's DCGM exporter when it names one, else nvidia-smi when the facts found it.

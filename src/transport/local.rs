@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::channel::Channel;
 use super::wrapper::{self, Output, Stream};
-use super::{unix_seconds, Streamed};
+use super::{unix_seconds, Source, Streamed};
 
 /// Bytes read at a time when streaming a local file.
 const LOCAL_CHUNK: usize = 1 << 20;
@@ -77,7 +77,7 @@ impl LocalTransport {
         }
     }
 
-    pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+    pub async fn write_file_atomic(&self, path: &str, source: Source<'_>, mode: u32) -> Result<()> {
         let path = Path::new(path);
         let dir = path
             .parent()
@@ -88,7 +88,14 @@ impl LocalTransport {
             .prefix(".rigrun-upload-")
             .tempfile_in(dir)
             .with_context(|| format!("cannot write in {}", dir.display()))?;
-        tmp.write_all(data)?;
+        match source {
+            Source::Bytes(data) => tmp.write_all(data)?,
+            Source::File(local) => {
+                let mut from =
+                    std::fs::File::open(local).with_context(|| format!("cannot read {}", local.display()))?;
+                std::io::copy(&mut from, tmp.as_file_mut())?;
+            }
+        }
         tmp.as_file()
             .set_permissions(std::fs::Permissions::from_mode(mode))?;
         tmp.persist(path)

@@ -47,6 +47,24 @@ pub struct Captured {
     pub stderr: String,
 }
 
+/// What a file written on the host is made of.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    Bytes(&'a [u8]),
+    /// A local file, streamed.
+    File(&'a Path),
+}
+
+impl Source<'_> {
+    /// Its length in bytes (0 for a file that cannot be read: only said in an error).
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Source::Bytes(data) => data.len(),
+            Source::File(path) => std::fs::metadata(path).map_or(0, |m| m.len() as usize),
+        }
+    }
+}
+
 /// What streaming a file saw: the bytes read, then the open file's length and modification time
 /// (Unix seconds) once read, so that a file changed meanwhile is told from a complete one.
 #[derive(Debug, Clone, Copy)]
@@ -199,9 +217,15 @@ impl Transport {
     /// Writes a whole file on the host atomically (temporary name, then rename), creating its
     /// parent folders, with the given permission bits.
     pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        self.write_file_from(path, Source::Bytes(data), mode).await
+    }
+
+    /// [`Transport::write_file_atomic`] from bytes or a local file, which is streamed (memory
+    /// flat in its size).
+    pub async fn write_file_from(&self, path: &str, source: Source<'_>, mode: u32) -> Result<()> {
         match &self.link {
-            Link::Ssh(t) => t.write_file_atomic(path, data, mode).await,
-            Link::Local(t) => t.write_file_atomic(path, data, mode).await,
+            Link::Ssh(t) => t.write_file_atomic(path, source, mode).await,
+            Link::Local(t) => t.write_file_atomic(path, source, mode).await,
         }
     }
 

@@ -15,6 +15,7 @@ mod bench_sweep;
 mod check_connect;
 mod fetch_results;
 mod gpu_health;
+mod host_binary;
 mod quiet_login;
 mod resume;
 mod server_dies;

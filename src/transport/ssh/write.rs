@@ -1,16 +1,28 @@
 //! Files written on the host over SFTP, atomically (a temporary name renamed), and why not in
-//! the host's words when SFTP only says "Failure".
+//! the host's words when SFTP only says "Failure". A local file is streamed with writes in
+//! flight: memory flat in its size, and no round trip waited for per chunk.
 
+use std::io::SeekFrom;
 use std::path::Path;
+use std::pin::Pin;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
+use futures_util::TryStreamExt as _;
+use openssh_sftp_client::file::File;
+use tokio::io::{AsyncReadExt as _, AsyncSeek};
 
 use super::sftp::sftp_path;
 use super::SshTransport;
 use crate::transport::wrapper::{self, Output, Stream};
+use crate::transport::Source;
+
+/// SFTP writes in flight while streaming a local file.
+const WRITE_AHEAD: usize = 16;
+/// Bytes per SFTP write (OpenSSH's sftp-server takes up to 255 KiB).
+const CHUNK: usize = 252 * 1024;
 
 impl SshTransport {
-    pub async fn write_file_atomic(&self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+    pub async fn write_file_atomic(&self, path: &str, source: Source<'_>, mode: u32) -> Result<()> {
         let sftp = self.sftp().await?;
         let target = sftp_path(path);
         let dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -21,21 +33,34 @@ impl SshTransport {
         let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("upload");
         let tmp = dir.join(format!(".{name}.rigrun-{}", &wrapper::new_marker()[14..22]));
         let result = async {
-            fs.write(&tmp, data).await?;
+            match source {
+                Source::Bytes(data) => fs.write(&tmp, data).await?,
+                Source::File(local) => {
+                    let file = sftp
+                        .options()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .open(&tmp)
+                        .await?;
+                    stream_into(file, local).await?;
+                }
+            }
             fs.set_permissions(
                 &tmp,
                 openssh_sftp_client::metadata::Permissions::from(mode as u16),
             )
             .await?;
-            fs.rename(&tmp, &target).await
+            fs.rename(&tmp, &target).await?;
+            anyhow::Ok(())
         }
         .await;
         let Err(error) = result else { return Ok(()) };
         let _ = fs.remove_file(&tmp).await;
         let why = self
-            .why_not_writable(&dir.display().to_string(), data.len())
+            .why_not_writable(&dir.display().to_string(), source.byte_len())
             .await;
-        Err(anyhow!(error).context(match why {
+        Err(error.context(match why {
             Some(why) => format!("cannot write {path} on {}: {why}", self.host),
             None => format!("cannot write {path} on {}", self.host),
         }))
@@ -102,6 +127,40 @@ fn host_says(dir: &str, bytes: usize, said: &str) -> Option<String> {
         return None;
     };
     Some(reason + "; free space or choose another `workdir:` in the inventory")
+}
+
+/// Writes a local file into an open SFTP file, [`WRITE_AHEAD`] chunks in flight.
+async fn stream_into(file: File, local: &Path) -> Result<()> {
+    let open = tokio::fs::File::open(local)
+        .await
+        .with_context(|| format!("cannot read {}", local.display()))?;
+    let chunks = futures_util::stream::try_unfold((open, 0u64), |(mut open, offset)| async move {
+        let mut buf = bytes::BytesMut::zeroed(CHUNK);
+        let mut filled = 0;
+        while filled < CHUNK {
+            let n = open.read(&mut buf[filled..]).await?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        buf.truncate(filled);
+        let next = offset + filled as u64;
+        anyhow::Ok((filled > 0).then_some(((offset, buf.freeze()), (open, next))))
+    });
+    chunks
+        .map_ok(|(offset, chunk)| write_at(file.clone(), offset, chunk))
+        .try_buffered(WRITE_AHEAD)
+        .try_collect::<()>()
+        .await?;
+    file.close().await?;
+    Ok(())
+}
+
+async fn write_at(mut file: File, offset: u64, chunk: bytes::Bytes) -> Result<()> {
+    Pin::new(&mut file).start_seek(SeekFrom::Start(offset))?;
+    file.write_all(&chunk).await?;
+    Ok(())
 }
 
 async fn create_dirs(fs: &mut openssh_sftp_client::fs::Fs, dir: &Path) -> Result<()> {

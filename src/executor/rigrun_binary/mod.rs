@@ -1,0 +1,205 @@
+//! What `{{ rigrun }}` stands for on a host: this binary on a local host; on an SSH host, a
+//! rigrun for the host's CPU and C library (see [`choice`]), checked against the host's facts,
+//! and sent to its workdir only when the host does not have it yet (the host says its copy's
+//! sha256 in the facts' round trip; this side's is computed once per binary), compressed and
+//! streamed (see [`upload`]).
+
+mod choice;
+mod elf;
+mod local_cache;
+mod upload;
+
+use anyhow::{Context, Result};
+
+use crate::config::steps::StepKind;
+use crate::config::{template, Config, Connection};
+use crate::facts::HostFacts;
+use crate::steps::HostCtx;
+
+pub use choice::host_binaries_dir;
+
+/// Where the rigrun binary lives on an SSH host once uploaded.
+const REMOTE_RIGRUN: &str = "bin/rigrun";
+
+/// The lines that, added to the facts' command, tell what the host has of the rigrun copy:
+/// its sha256 and whether gzip is there. None when no copy will be needed (a local host, or a
+/// playbook without `{{ rigrun }}`).
+pub fn probe(config: &Config, host: &str) -> Option<String> {
+    let spec = config.host(host);
+    if spec.connection == Connection::Local || !playbook_uses(config, "rigrun") {
+        return None;
+    }
+    let path = shell_path(&format!("{}/{REMOTE_RIGRUN}", spec.workdir()));
+    Some(format!(
+        "f={path}; if [ -f \"$f\" ]; then \
+         printf 'rigrun_sha256\\t%s\\n' \"$( (sha256sum \"$f\" 2>/dev/null || shasum -a 256 \"$f\" 2>/dev/null) | cut -d' ' -f1)\"; fi\n\
+         command -v gzip >/dev/null 2>&1 && printf 'rigrun_gzip\\tyes\\n'\n"
+    ))
+}
+
+/// What the host said to [`probe`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HostCopy {
+    /// The sha256 of the host's copy; None when it has none.
+    pub sha256: Option<String>,
+    pub gzip: bool,
+}
+
+impl HostCopy {
+    /// Read from the facts' output (the lines [`probe`] added).
+    pub fn parse(out: &str) -> HostCopy {
+        let mut copy = HostCopy::default();
+        for line in out.lines() {
+            match line.split_once('\t') {
+                Some(("rigrun_sha256", sum)) if !sum.trim().is_empty() => {
+                    copy.sha256 = Some(sum.trim().to_string())
+                }
+                Some(("rigrun_gzip", "yes")) => copy.gzip = true,
+                _ => {}
+            }
+        }
+        copy
+    }
+}
+
+/// A workdir path as the shell should see it: `~/` becomes `"$HOME"/`, the rest quoted.
+fn shell_path(path: &str) -> String {
+    match path.strip_prefix("~/") {
+        Some(rest) => format!("\"$HOME\"/{}", template::shell_quote(rest)),
+        None if path == "~" => "\"$HOME\"".into(),
+        None => template::shell_quote(path),
+    }
+}
+
+/// The path `{{ rigrun }}` stands for on this host: this binary for a local host; for an SSH
+/// host, the copy in its workdir, sent first when the host lacks it (only when a step uses it).
+pub async fn path_on_host(
+    config: &Config,
+    host: &str,
+    ctx: &HostCtx,
+    facts: &HostFacts,
+    copy: &HostCopy,
+) -> Result<String> {
+    let exe = std::env::current_exe().context("cannot find the running rigrun binary")?;
+    if config.host(host).connection == Connection::Local {
+        return Ok(exe.display().to_string());
+    }
+    let dest = format!("{}/{REMOTE_RIGRUN}", ctx.workdir);
+    if !playbook_uses(config, "rigrun") {
+        return Ok(dest);
+    }
+    let arch = facts.arch.as_deref().unwrap_or("unknown");
+    let libc = facts.libc.as_deref();
+    let triple = choice::triple(arch, libc).with_context(|| {
+        format!("the playbook runs {{{{ rigrun }}}} on {host}, whose CPU ({arch}) rigrun is not built for; use the Python script there (playbooks/throughput-sweep.yaml)")
+    })?;
+    let folder = host_binaries_dir();
+    let named = config.host(host).rigrun_binary.as_deref();
+    let said = |why: String| anyhow::anyhow!("the playbook runs {{{{ rigrun }}}} on {host} ({arch}): {why}");
+    let mut refused = Vec::new();
+    let mut fitting = None;
+    for choice in choice::candidates(named, &triple, folder.as_deref()).map_err(said)? {
+        let path = choice.path.clone();
+        let known = tokio::task::spawn_blocking(move || {
+            local_cache::known(&path, local_cache::cache_dir().as_deref())
+        })
+        .await??;
+        match choice::check_fits(
+            host,
+            &choice,
+            &known.binary,
+            arch,
+            libc,
+            &triple,
+            folder.as_deref(),
+        ) {
+            Ok(()) => {
+                fitting = Some((choice, known));
+                break;
+            }
+            Err(why) => refused.push(why),
+        }
+    }
+    let (chosen, known) = fitting.ok_or_else(|| said(refused.join("; and ")))?;
+    if copy.sha256.as_deref() == Some(known.sha256.as_str()) {
+        return Ok(dest);
+    }
+    let sent = upload::send(ctx, &chosen.path, &known, copy.gzip, &dest).await?;
+    tracing::info!(
+        host,
+        "sent {} to {dest}: {} bytes{}",
+        chosen.path.display(),
+        sent.bytes,
+        if sent.compressed { " gzip-compressed" } else { "" }
+    );
+    Ok(dest)
+}
+
+/// Whether any step's template, or the server block's, names `var`.
+fn playbook_uses(config: &Config, var: &str) -> bool {
+    let server = config.playbook.server.as_ref().map(|s| s as &dyn StepKind);
+    let steps = config.playbook.steps.iter().map(|step| step.as_kind());
+    server.into_iter().chain(steps).any(|kind| {
+        kind.templates()
+            .iter()
+            .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
+    })
+}
+
+/// Why an uploaded rigrun does not run on `host`, named from what the host said when it was
+/// started, with the way out.
+pub(super) fn rigrun_does_not_run(host: &str, said: &str) -> String {
+    let glibc = said.split(['`', '\'']).find(|part| part.starts_with("GLIBC_"));
+    let cause = if let Some(version) = glibc {
+        format!("its glibc is older than this rigrun needs ({version} not found)")
+    } else if said.contains("Exec format error") || said.contains("cannot execute binary") {
+        "it cannot execute this rigrun's binary format (another CPU architecture or OS)".to_string()
+    } else if said.contains("Permission denied") {
+        "it may not execute files in the workdir (a noexec mount?)".to_string()
+    } else if said.contains("No such file or directory") {
+        "the dynamic loader this rigrun needs is missing (a musl system such as Alpine?)".to_string()
+    } else {
+        "it fails to start".to_string()
+    };
+    format!(
+        "the uploaded rigrun does not run on {host}: {cause}; {}, or use the Python script there \
+         (playbooks/throughput-sweep.yaml)",
+        choice::build_hint(choice::this_triple(), host_binaries_dir().as_deref())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{rigrun_does_not_run, shell_path, HostCopy};
+
+    #[test]
+    fn names_why_rigrun_does_not_run_on_a_host() {
+        let glibc = "`'/w/bin/rigrun' --version` exited with 1: /w/bin/rigrun: \
+                     /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.39' not found \
+                     (required by /w/bin/rigrun)";
+        let text = rigrun_does_not_run("old", glibc);
+        assert!(
+            text.starts_with(
+                "the uploaded rigrun does not run on old: its glibc is older than \
+                              this rigrun needs (GLIBC_2.39 not found); build one from rigrun's"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("use the Python script there (playbooks/throughput-sweep.yaml)"));
+        let arch = rigrun_does_not_run("h", "sh: 1: /w/bin/rigrun: Exec format error");
+        assert!(arch.contains("another CPU architecture"), "{arch}");
+        let noexec = rigrun_does_not_run("h", "sh: 1: /w/bin/rigrun: Permission denied");
+        assert!(noexec.contains("noexec"), "{noexec}");
+    }
+
+    #[test]
+    fn reads_what_the_host_has_of_its_copy() {
+        let out = "__rigrun_facts__\nhome\t/h\nrigrun_sha256\tab12\nrigrun_gzip\tyes\n";
+        let copy = HostCopy::parse(out);
+        assert_eq!(copy.sha256.as_deref(), Some("ab12"));
+        assert!(copy.gzip);
+        assert_eq!(HostCopy::parse("rigrun_sha256\t\n"), HostCopy::default());
+        assert_eq!(shell_path("~/w d/bin/rigrun"), "\"$HOME\"/'w d/bin/rigrun'");
+        assert_eq!(shell_path("/srv/w"), "/srv/w");
+    }
+}
