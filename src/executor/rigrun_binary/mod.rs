@@ -15,6 +15,7 @@ use crate::config::steps::StepKind;
 use crate::config::{template, Config, Connection};
 use crate::facts::HostFacts;
 use crate::steps::HostCtx;
+use local_cache::Known;
 
 pub use choice::host_binaries_dir;
 
@@ -89,38 +90,10 @@ pub async fn path_on_host(
         return Ok(dest);
     }
     let arch = facts.arch.as_deref().unwrap_or("unknown");
-    let libc = facts.libc.as_deref();
-    let triple = choice::triple(arch, libc).with_context(|| {
-        format!("the playbook runs {{{{ rigrun }}}} on {host}, whose CPU ({arch}) rigrun is not built for; use the Python script there (playbooks/throughput-sweep.yaml)")
-    })?;
-    let folder = host_binaries_dir();
     let named = config.host(host).rigrun_binary.as_deref();
-    let said = |why: String| anyhow::anyhow!("the playbook runs {{{{ rigrun }}}} on {host} ({arch}): {why}");
-    let mut refused = Vec::new();
-    let mut fitting = None;
-    for choice in choice::candidates(named, &triple, folder.as_deref()).map_err(said)? {
-        let path = choice.path.clone();
-        let known = tokio::task::spawn_blocking(move || {
-            local_cache::known(&path, local_cache::cache_dir().as_deref())
-        })
-        .await??;
-        match choice::check_fits(
-            host,
-            &choice,
-            &known.binary,
-            arch,
-            libc,
-            &triple,
-            folder.as_deref(),
-        ) {
-            Ok(()) => {
-                fitting = Some((choice, known));
-                break;
-            }
-            Err(why) => refused.push(why),
-        }
-    }
-    let (chosen, known) = fitting.ok_or_else(|| said(refused.join("; and ")))?;
+    let (chosen, known) = fitting(host, named, arch, facts.libc.as_deref())
+        .await
+        .map_err(|why| anyhow::anyhow!("the playbook runs {{{{ rigrun }}}} on {host} ({arch}): {why:#}"))?;
     if copy.sha256.as_deref() == Some(known.sha256.as_str()) {
         return Ok(dest);
     }
@@ -133,6 +106,42 @@ pub async fn path_on_host(
         if sent.compressed { " gzip-compressed" } else { "" }
     );
     Ok(dest)
+}
+
+/// The first candidate binary (see [`choice::candidates`]) that a host of `arch` and `libc`
+/// can run, with what is known of it; Err says why each was refused.
+async fn fitting(
+    host: &str,
+    named: Option<&str>,
+    arch: &str,
+    libc: Option<&str>,
+) -> Result<(choice::Choice, Known)> {
+    let triple = choice::triple(arch, libc).context(
+        "rigrun is not built for this CPU; use the Python script there (playbooks/throughput-sweep.yaml)",
+    )?;
+    let folder = host_binaries_dir();
+    let mut refused = Vec::new();
+    for candidate in choice::candidates(named, &triple, folder.as_deref()).map_err(anyhow::Error::msg)? {
+        let path = candidate.path.clone();
+        let known = tokio::task::spawn_blocking(move || {
+            local_cache::known(&path, local_cache::cache_dir().as_deref())
+        })
+        .await??;
+        let fits = choice::check_fits(
+            host,
+            &candidate,
+            &known.binary,
+            arch,
+            libc,
+            &triple,
+            folder.as_deref(),
+        );
+        match fits {
+            Ok(()) => return Ok((candidate, known)),
+            Err(why) => refused.push(why),
+        }
+    }
+    anyhow::bail!("{}", refused.join("; and "))
 }
 
 /// Whether any step's template, or the server block's, names `var`.
