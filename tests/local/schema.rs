@@ -1,7 +1,7 @@
 //! The JSON Schemas in schema/ (what editors complete and check YAML with, through
 //! yaml-language-server's `# yaml-language-server: $schema=…` comment) against rigrun's own
-//! parser: every shipped playbook and inventory, and the README's full examples, are valid under
-//! them; known mistakes are refused by both, the schema naming the place; and at every place of
+//! parser: every shipped playbook and inventory, and the examples of the README and docs/, are
+//! valid under them; known mistakes are refused by both, the schema naming the place; and at every place of
 //! a playbook and an inventory, the keys and words the parser accepts are the schema's, no more
 //! and no fewer.
 //!
@@ -64,15 +64,41 @@ fn declaring(dir: &Path, schema: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The README's example under `## <heading>` (its first YAML block).
-fn readme_example(heading: &str) -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme
-        .split(&format!("\n## {heading}\n"))
-        .nth(1)
-        .unwrap_or_else(|| panic!("README has no `## {heading}`"));
-    let block = section.split("```yaml\n").nth(1).unwrap();
-    block.split("\n```").next().unwrap().to_string()
+/// Every YAML example of README.md and docs/*.md, where it is (`file:line`), as a playbook or
+/// an inventory: a list of steps is a playbook's `steps`, and a step written `...` (elided) is
+/// left out.
+fn documented_examples() -> Vec<(String, &'static str, Value)> {
+    let mut files = vec![repo().join("README.md")];
+    let docs = std::fs::read_dir(repo().join("docs")).unwrap();
+    files.extend(
+        docs.map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let mut examples = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(open) = rest.find("```yaml\n") {
+            let line = text[..text.len() - rest.len() + open].lines().count() + 1;
+            let body = &rest[open + "```yaml\n".len()..];
+            let block = &body[..body.find("\n```").unwrap()];
+            rest = &body[block.len()..];
+            let at = format!("{}:{line}", file.strip_prefix(repo()).unwrap().display());
+            let mut doc = yaml(block);
+            if doc.is_array() {
+                doc = serde_json::json!({"name": "example", "steps": doc});
+            }
+            if let Some(steps) = doc.get_mut("steps").and_then(Value::as_array_mut) {
+                steps.retain(|step| !step.as_object().is_some_and(|s| s.values().all(|v| v == "...")));
+            }
+            let kind = match doc.get("steps") {
+                Some(_) => "playbook",
+                None => "inventory",
+            };
+            examples.push((at, kind, doc));
+        }
+    }
+    examples
 }
 
 #[test]
@@ -107,14 +133,16 @@ fn every_shipped_playbook_and_inventory_names_its_schema_and_is_valid_under_it()
         }
     }
     assert!(checked.len() >= 8, "{checked:?}");
-    for (heading, validator) in [("Playbook", &playbook), ("Inventory (`hosts.yaml`)", &inventory)] {
-        let example = readme_example(heading);
-        let said = complaints(validator, &yaml(&example));
-        assert!(
-            said.is_empty(),
-            "README's {heading}:\n{}\n{example}",
-            said.join("\n")
-        );
+    let examples = documented_examples();
+    assert!(examples.len() >= 6, "{examples:?}");
+    for (at, kind, doc) in &examples {
+        let validator = if *kind == "playbook" {
+            &playbook
+        } else {
+            &inventory
+        };
+        let said = complaints(validator, doc);
+        assert!(said.is_empty(), "the {kind} at {at}:\n{}\n{doc}", said.join("\n"));
     }
 }
 
