@@ -34,9 +34,17 @@ pub fn usage() -> Usage {
     };
     Usage {
         cpu: time(raw.ru_utime) + time(raw.ru_stime),
-        // Linux reports kilobytes.
-        max_rss_bytes: (raw.ru_maxrss.max(0) as u64) * 1024,
+        max_rss_bytes: max_rss_bytes(raw.ru_maxrss),
     }
+}
+
+/// `ru_maxrss` in bytes: Linux and the BSDs count kilobytes, macOS (and iOS) bytes.
+fn max_rss_bytes(ru_maxrss: libc::c_long) -> u64 {
+    let unit = match cfg!(any(target_os = "macos", target_os = "ios")) {
+        true => 1,
+        false => 1024,
+    };
+    (ru_maxrss.max(0) as u64) * unit
 }
 
 /// CPU cores this process may use (affinity and cgroup quota respected).
@@ -67,5 +75,17 @@ mod tests {
         assert!(after.cpu >= before.cpu);
         assert!(after.max_rss_bytes > 0);
         assert!(cores() >= 1);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_peak_memory_is_in_bytes_as_proc_counts_it() {
+        let peak = usage().max_rss_bytes;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+        let kib: u64 = hwm.trim().trim_end_matches("kB").trim().parse().unwrap();
+        // At least this process's own peak (a forked process's count starts from its
+        // parent's, so it may be more): read in the wrong unit it would be 1024 times less.
+        assert!(peak + (1 << 20) >= kib * 1024, "{peak} vs {kib} kB");
     }
 }

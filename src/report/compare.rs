@@ -8,7 +8,7 @@ use super::baseline::Baseline;
 use super::capacity::SloCapacity;
 use super::grid::RunTables;
 use super::metric_names::pick_metrics;
-use super::model::Grid;
+use super::model::{Grid, Row};
 use super::stats::{self, Welch};
 use super::steps::{is_main_step, StepRecords};
 use super::{workload, Cell, Run, Verdict};
@@ -149,9 +149,9 @@ impl Ratios {
         for row in &mut grid.rows {
             let ratios: Vec<Cell> = pairs
                 .iter()
-                .map(|&(c, b)| ratio(&row[1 + c], &row[1 + b]))
+                .map(|&(c, b)| ratio(&row.cells[1 + c], &row.cells[1 + b]))
                 .collect();
-            row.extend(ratios);
+            row.cells.extend(ratios);
         }
         grid
     }
@@ -253,8 +253,11 @@ impl<'a> Across<'a> {
     }
 
     /// The row of `label` in one step as each run recorded it: per host, its cell in each
-    /// run, then the changes against the first.
-    fn row(&self, steps: &[Option<&StepRecords>], label: &str, metric: &str) -> Vec<Cell> {
+    /// run, then the changes against the first; its point as the first run that has it.
+    fn row(&self, steps: &[Option<&StepRecords>], label: &str, metric: &str) -> Row {
+        let point = (steps.iter().zip(&self.tables))
+            .find_map(|(step, tables)| tables.point_of((*step)?, label))
+            .unwrap_or_default();
         let mut row = vec![Cell::Label {
             text: label.to_string(),
         }];
@@ -285,7 +288,7 @@ impl<'a> Across<'a> {
             row.extend(cells);
             row.extend(changes);
         }
-        row
+        Row { point, cells: row }
     }
 }
 

@@ -26,8 +26,8 @@ pub fn render(report: &Report) -> String {
     }
     for grid in report.grids() {
         for row in &grid.rows {
-            let label = row.first().map(Cell::text).unwrap_or_default();
-            for (column, cell) in grid.columns.iter().zip(row).skip(1) {
+            let label = row.cells.first().map(Cell::text).unwrap_or_default();
+            for (column, cell) in grid.columns.iter().zip(&row.cells).skip(1) {
                 let (value, status, reason) = fields(cell);
                 let _ =
                     writer.write_record([&grid.title, &grid.metric, &label, column, &value, status, &reason]);

@@ -4,11 +4,12 @@
 use super::capacity::SloCapacity;
 use super::cell::{cell, Cell};
 use super::metric_names::{pick_metrics, step_holds};
-use super::model::Grid;
+use super::model::{Grid, Row};
 use super::planned::Planned;
 use super::references::Lookup;
 use super::steps::{group, is_main_step, RowRecords, StepRecords};
 use super::{scaling, Run};
+use crate::point::Values;
 
 /// A run read for its tables: its records grouped by step (with a row for every planned
 /// point, run or not), its planned sweeps and its references.
@@ -58,13 +59,16 @@ impl<'a> RunTables<'a> {
             .rows
             .iter()
             .map(|(label, by_host)| {
-                let mut row = vec![Cell::Label { text: label.clone() }];
-                row.extend(
+                let mut cells = vec![Cell::Label { text: label.clone() }];
+                cells.extend(
                     hosts
                         .iter()
                         .map(|h| self.cell(step, (label, by_host), h, &metric)),
                 );
-                row
+                Row {
+                    point: self.point_of(step, label).unwrap_or_default(),
+                    cells,
+                }
             })
             .collect();
         Grid {
@@ -84,6 +88,16 @@ impl<'a> RunTables<'a> {
             metric,
             columns,
             rows,
+        }
+    }
+
+    /// The point the row `label` of `step` is about: the matrix values its records carry, else
+    /// the plan's (a planned point no column has a record of); None for a row of neither.
+    pub fn point_of(&self, step: &StepRecords, label: &str) -> Option<Values> {
+        let recorded = step.rows.get(label).and_then(|row| row.values().flatten().next());
+        match recorded {
+            Some(record) => Some(record.point.clone()),
+            None => (self.planned).values(step.step_index, &step.step, label).cloned(),
         }
     }
 

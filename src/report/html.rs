@@ -250,7 +250,7 @@ impl TableView<'_> {
             .rows
             .iter()
             .zip(texts)
-            .map(|(cells, texts)| cells.iter().map(class).zip(texts).collect())
+            .map(|(row, texts)| row.cells.iter().map(class).zip(texts).collect())
             .collect();
         TableView {
             title: &grid.title,
@@ -299,7 +299,7 @@ fn class(cell: &Cell) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::Section;
+    use crate::report::model::{Row, Section};
 
     #[test]
     fn the_page_is_one_line_and_escapes_what_it_shows() {
@@ -307,7 +307,10 @@ mod tests {
             title: "a <b> & \"c\" / d's".into(),
             metric: "m".into(),
             columns: vec!["point".into(), "verdict".into()],
-            rows: vec![vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }]],
+            rows: vec![Row {
+                point: Default::default(),
+                cells: vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }],
+            }],
             scaling: Vec::new(),
             slo: None,
         };

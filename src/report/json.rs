@@ -1,15 +1,33 @@
-//! JSON for programs: the tables with typed cells. The shapes below are the format notebooks
-//! read (a cell's `status` says what it is), kept here so the model can change without them.
+//! JSON for programs: the tables with typed cells, each row with its point as an object of
+//! typed matrix values. The shapes below are the format notebooks read (a cell's `status` says
+//! what it is), kept here so the model can change without them, and versioned by
+//! [`FORMAT_VERSION`].
 
 use serde::Serialize;
 
 use super::capacity::SloCapacity;
 use super::cell::Spread;
 use super::facts_diff::FactsDiff;
-use super::model::{Grid, Report};
+use super::model::{Grid, Report, Row};
 use super::scaling::ScalingStory;
 use super::stats::Welch;
 use super::{Cell, RefCheck, Verdict};
+use crate::point::Values;
+
+/// The version of the JSON shape, the document's `format_version`. Raised when a reader of the
+/// previous version could misread the output: a field removed, renamed or of another type, a
+/// shape moved, a meaning changed. Additions keep it: a new field (readers skip what they do
+/// not know) or a new cell `status` (a reader takes an unknown one for a cell without a
+/// value). Output without the field is the unversioned shape before it: a bare list of
+/// tables whose rows were lists of cells.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The whole document: `{"format_version": 1, "tables": [...]}`.
+#[derive(Serialize)]
+struct Document<'a> {
+    format_version: u32,
+    tables: Vec<GridJson<'a>>,
+}
 
 pub fn render(report: &Report) -> String {
     let notices: Vec<&str> = report.notices().map(|(_, n)| n).collect();
@@ -29,19 +47,25 @@ pub fn render(report: &Report) -> String {
         attempts: &attempts,
         facts_diff: &facts_diff,
     };
-    let grids: Vec<GridJson> = report.grids().map(|g| GridJson::of(g, context)).collect();
-    let mut out = serde_json::to_string_pretty(&grids).unwrap_or_else(|_| "[]".into());
+    let document = Document {
+        format_version: FORMAT_VERSION,
+        tables: report.grids().map(|g| GridJson::of(g, context)).collect(),
+    };
+    let mut out = serde_json::to_string_pretty(&document).unwrap_or_else(|_| "{}".into());
     out.push('\n');
     out
 }
 
-/// `compare --facts`: `{"facts_diff": [...]}`, the field every table carries, alone.
+/// `compare --facts`: `{"format_version": 1, "facts_diff": [...]}`, the field every table
+/// carries, alone.
 pub fn render_facts(diffs: &[FactsDiff]) -> String {
     #[derive(Serialize)]
     struct Only<'a> {
+        format_version: u32,
         facts_diff: Vec<FactsDiffJson<'a>>,
     }
     let only = Only {
+        format_version: FORMAT_VERSION,
         facts_diff: diffs.iter().map(FactsDiffJson::of).collect(),
     };
     let mut out = serde_json::to_string_pretty(&only).unwrap_or_else(|_| "{}".into());
@@ -88,7 +112,7 @@ struct GridJson<'a> {
     title: &'a str,
     metric: &'a str,
     columns: &'a [String],
-    rows: Vec<Vec<CellJson<'a>>>,
+    rows: Vec<RowJson<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scaling: &'a Vec<ScalingStory>,
     /// The latency limits and, per series, the highest concurrency within them, the table's
@@ -128,16 +152,30 @@ impl GridJson<'_> {
             title: &grid.title,
             metric: &grid.metric,
             columns: &grid.columns,
-            rows: grid
-                .rows
-                .iter()
-                .map(|row| row.iter().map(CellJson::of).collect())
-                .collect(),
+            rows: grid.rows.iter().map(RowJson::of).collect(),
             scaling: &grid.scaling,
             slo: grid.slo.as_ref(),
             notices: context.notices,
             attempts: context.attempts,
             facts_diff: context.facts_diff,
+        }
+    }
+}
+
+/// A row: its point (`{"concurrency": 16, "model": "qwen"}`, the matrix values typed as the
+/// records hold them; `{}` for a step without a matrix) and a cell per column, the first its
+/// label (`concurrency=16 model=qwen`, which tells a point's several records apart).
+#[derive(Serialize)]
+struct RowJson<'a> {
+    point: &'a Values,
+    cells: Vec<CellJson<'a>>,
+}
+
+impl RowJson<'_> {
+    fn of(row: &Row) -> RowJson<'_> {
+        RowJson {
+            point: &row.point,
+            cells: row.cells.iter().map(CellJson::of).collect(),
         }
     }
 }

@@ -55,6 +55,8 @@ pub enum Format {
     Table,
     Markdown,
     Csv,
+    /// For programs: {"format_version": 1, "tables": [...]}, each row with its point as an
+    /// object of typed matrix values ({"concurrency": 16}) and its cells.
     Json,
 }
 

@@ -12,6 +12,7 @@ use super::scaling::ScalingStory;
 use super::svg::Chart;
 use super::Run;
 use crate::events::Status;
+use crate::point::Values;
 
 /// A report: the runs it covers, what differs between the hosts or runs compared, their hosts'
 /// facts and its sections, in order.
@@ -205,11 +206,20 @@ pub struct Grid {
     pub title: String,
     pub metric: String,
     pub columns: Vec<String>,
-    pub rows: Vec<Vec<Cell>>,
+    pub rows: Vec<Row>,
     /// The scaling story of a concurrency sweep, per host.
     pub scaling: Vec<ScalingStory>,
     /// The capacity of each host under the run's latency limits, when it states any.
     pub slo: Option<SloCapacity>,
+}
+
+/// A row of a table: the sweep point it is about, and a cell per column (the first its label).
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The point's matrix values, typed as its records hold them (numbers stay numbers), for
+    /// the formats that programs read; empty for a step without a matrix.
+    pub point: Values,
+    pub cells: Vec<Cell>,
 }
 
 impl Grid {
@@ -221,7 +231,12 @@ impl Grid {
         let rows = self
             .rows
             .iter()
-            .map(|row| row.iter().map(|cell| noted_text(cell, &mut notes)).collect())
+            .map(|row| {
+                row.cells
+                    .iter()
+                    .map(|cell| noted_text(cell, &mut notes))
+                    .collect()
+            })
             .collect();
         let notes = notes
             .iter()

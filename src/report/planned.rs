@@ -59,9 +59,12 @@ impl Planned {
 
     /// Whether `label` is a planned point of step `index`.
     pub fn has(&self, index: usize, name: &str, label: &str) -> bool {
-        self.sweeps
-            .get(&(index, name.to_string()))
-            .is_some_and(|points| points.contains_key(label))
+        self.values(index, name, label).is_some()
+    }
+
+    /// The matrix values of the planned point `label` of step `index`, typed as planned.
+    pub fn values(&self, index: usize, name: &str, label: &str) -> Option<&point::Values> {
+        self.sweeps.get(&(index, name.to_string()))?.get(label)
     }
 
     /// The points step `index` planned, in order (none for a step that is not a sweep).

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::cell::{cell, Cell, RefCheck};
-use super::model::Grid;
+use super::model::{Grid, Row};
 use super::Run;
 use crate::config::reference::{Expected, Reference};
 use crate::point::{self, StepPoint};
@@ -122,7 +122,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
                 },
                 _ => Cell::Missing,
             };
-            vec![
+            let cells = vec![
                 label(point::label(&r.point)),
                 label(r.host.clone()),
                 label(format!("{} (step {})", r.metric, r.step_index + 1)),
@@ -130,7 +130,11 @@ pub fn grid(run: &Run) -> Option<Grid> {
                 c.measured,
                 deviation,
                 Cell::Check { met: c.met },
-            ]
+            ];
+            Row {
+                point: r.point.clone(),
+                cells,
+            }
         })
         .collect();
     Some(Grid {

@@ -84,16 +84,46 @@ impl Process {
         if self.host != this_host() {
             return true;
         }
-        std::fs::read(format!("/proc/{}/cmdline", self.pid))
-            .is_ok_and(|cmdline| cmdline.windows(6).any(|w| w == b"rigrun"))
+        command_line(self.pid).is_some_and(|line| line.windows(6).any(|w| w == b"rigrun"))
     }
 }
 
-/// This machine's name, as the kernel knows it.
+/// The command line of process `pid` on this machine; None when no such process runs. Linux
+/// reads it from `/proc`, without starting a process.
+#[cfg(target_os = "linux")]
+fn command_line(pid: u32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
+/// Unixes without `/proc` (macOS) ask `ps`.
+#[cfg(not(target_os = "linux"))]
+fn command_line(pid: u32) -> Option<Vec<u8>> {
+    command_line_from_ps(pid)
+}
+
+/// The command line of process `pid` as POSIX `ps -o args=` prints it; None when no such
+/// process runs or `ps` cannot be run. The fallback of unixes without `/proc`, compiled on
+/// Linux too so that its tests run here.
+#[cfg_attr(all(target_os = "linux", not(test)), allow(dead_code))]
+fn command_line_from_ps(pid: u32) -> Option<Vec<u8>> {
+    let out = std::process::Command::new("ps")
+        .args(["-o", "args=", "-p", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    (out.status.success() && !out.stdout.is_empty()).then_some(out.stdout)
+}
+
+/// This machine's name, as the kernel knows it (`uname -n`; on Linux the same as
+/// `/proc/sys/kernel/hostname`), through POSIX `gethostname`, which every unix has.
 fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer we own.
+    if unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } != 0 {
+        return String::new();
+    }
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..end]).trim().to_string()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -493,5 +523,41 @@ pub fn manifest_for(
         resumed: Vec::new(),
         cwd: std::env::current_dir().ok().map(|d| d.display().to_string()),
         abandoned: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ps_and_proc_read_the_same_command_lines() {
+        // This test binary is `rigrun-<hash>`.
+        let me = Process::this();
+        assert!(me.may_be_alive());
+        let from_ps = command_line_from_ps(me.pid).expect("ps knows this process");
+        assert!(from_ps.windows(6).any(|w| w == b"rigrun"), "{from_ps:?}");
+        assert!(command_line(me.pid).is_some());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        assert_eq!(command_line_from_ps(gone), None);
+        assert_eq!(command_line(gone), None);
+        let elsewhere = Process {
+            pid: gone,
+            host: format!("{}-elsewhere", this_host()),
+        };
+        assert!(
+            elsewhere.may_be_alive(),
+            "another machine's process is not judged here"
+        );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn this_host_is_the_name_proc_gives() {
+        let proc = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(this_host(), proc.trim());
+        assert!(!this_host().is_empty());
     }
 }

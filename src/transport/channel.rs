@@ -138,11 +138,19 @@ pub(crate) fn sh_line(script: &str, args: &[&str]) -> String {
 /// The pipe the ControlMaster writes a channel's output into, grown from 64 KiB to 1 MiB (the
 /// unprivileged maximum by default; where refused it stays as it was). Each pipeful is a wakeup
 /// here and a stall there: a gigabyte through `cat` took 0.4–0.5 s less (loopback, AES-GCM).
+/// Linux alone can resize a pipe: elsewhere it stays as the kernel made it.
+#[cfg(target_os = "linux")]
 pub fn widened<P: std::os::fd::AsRawFd>(pipe: P) -> P {
+    const PIPE_SIZE: libc::c_int = 1 << 20;
     // SAFETY: F_SETPIPE_SZ only resizes the kernel buffer of a descriptor we own; failure
     // (not a pipe, over the limit) leaves it as it was.
     unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
     pipe
 }
 
-const PIPE_SIZE: libc::c_int = 1 << 20;
+/// The pipe as it is: other unixes (macOS) size their pipes themselves and offer no call to
+/// resize one.
+#[cfg(not(target_os = "linux"))]
+pub fn widened<P: std::os::fd::AsRawFd>(pipe: P) -> P {
+    pipe
+}

@@ -8,6 +8,7 @@
 //! Test code (`#[cfg(test)]` items and modules) may import what it needs and is not read;
 //! neither is `main.rs`, the binary on top of everything.
 
+mod platform;
 mod source;
 
 use std::collections::HashMap;
@@ -105,6 +106,35 @@ fn every_import_goes_down_the_floors() {
     assert!(
         broken.is_empty(),
         "imports against the layering (ARCHITECTURE.md, Layers):\n  {}\n",
+        broken.join("\n  ")
+    );
+}
+
+/// The controller builds on any unix: every Linux-only call of the production code (the binary's
+/// `main.rs` included) sits in an item gated to Linux, beside its fallback (see `platform.rs`).
+#[test]
+fn linux_only_calls_are_gated_to_linux() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = production_files(&src);
+    files.push(src.join("main.rs"));
+    let mut broken = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file
+            .strip_prefix(src.parent().unwrap())
+            .unwrap()
+            .display()
+            .to_string();
+        for use_ in platform::ungated(&text) {
+            broken.push(format!(
+                "{shown}:{}: {} is Linux-only: put it in an item under #[cfg(target_os = \"linux\")], with the fallback for other unixes beside it under #[cfg(not(target_os = \"linux\"))]",
+                use_.line, use_.what
+            ));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "Linux-only calls the controller would build with on macOS (ARCHITECTURE.md, Platforms):\n  {}\n",
         broken.join("\n  ")
     );
 }

@@ -151,44 +151,85 @@ fn is_ident(c: char) -> bool {
 }
 
 /// `text` with comments and string contents turned into spaces (newlines kept), except
-/// strings that hold a path alone.
-fn blank_comments_and_strings(text: &str) -> String {
+/// strings that hold a path alone. Every character keeps its place.
+pub fn blank_comments_and_strings(text: &str) -> String {
+    blank(text, true)
+}
+
+/// `text` with comments turned into spaces (newlines kept), strings as written. Every
+/// character keeps its place.
+pub fn blank_comments(text: &str) -> String {
+    blank(text, false)
+}
+
+/// Where each string literal of `text` stands (char indexes, quotes and prefixes included).
+pub fn string_literals(text: &str) -> Vec<std::ops::Range<usize>> {
+    let chars: Vec<char> = text.chars().collect();
+    let literals = spans(&chars).into_iter().filter(|(_, comment)| !comment);
+    literals
+        .map(|(span, _)| span)
+        .filter(|span| chars[span.start] != '\'')
+        .collect()
+}
+
+/// `text` with comments blanked, and string contents too when `strings`.
+fn blank(text: &str, strings: bool) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
-    let mut i = 0;
     let blank =
         |out: &mut String, s: &[char]| out.extend(s.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }));
-    while i < chars.len() {
-        let rest = &chars[i..];
-        let prev_ident = i > 0 && is_ident(chars[i - 1]);
-        let end = if rest.starts_with(&['/', '/']) {
-            i + rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
-        } else if rest.starts_with(&['/', '*']) {
-            block_comment_end(&chars, i)
-        } else if let Some(end) = (!prev_ident).then(|| raw_string_end(&chars, i)).flatten() {
-            end
-        } else if chars[i] == '"' {
-            string_end(&chars, i)
-        } else if chars[i] == '\'' {
-            char_literal_end(&chars, i).unwrap_or(i + 1)
-        } else {
-            out.push(chars[i]);
-            i += 1;
+    let mut at = 0;
+    for (span, comment) in spans(&chars) {
+        out.extend(&chars[at..span.start]);
+        at = span.end;
+        let literal: String = chars[span.clone()].iter().collect();
+        if !strings && !comment {
+            out.push_str(&literal);
             continue;
-        };
-        let literal: String = chars[i..end].iter().collect();
+        }
         match path_alone(&literal) {
             Some(path) => {
-                blank(&mut out, &chars[i..end - path.chars().count() - 1]);
+                blank(&mut out, &chars[span.start..span.end - path.chars().count() - 1]);
                 out.push_str(path);
                 out.push(' ');
             }
             None if literal == "'" => out.push('\''),
-            None => blank(&mut out, &chars[i..end]),
+            None => blank(&mut out, &chars[span]),
         }
+    }
+    out.extend(&chars[at..]);
+    out
+}
+
+/// The comments and literals (strings, chars) of a source, in order: each one's characters,
+/// and whether it is a comment.
+fn spans(chars: &[char]) -> Vec<(std::ops::Range<usize>, bool)> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let rest = &chars[i..];
+        let prev_ident = i > 0 && is_ident(chars[i - 1]);
+        let (end, comment) = if rest.starts_with(&['/', '/']) {
+            (
+                i + rest.iter().position(|&c| c == '\n').unwrap_or(rest.len()),
+                true,
+            )
+        } else if rest.starts_with(&['/', '*']) {
+            (block_comment_end(chars, i), true)
+        } else if let Some(end) = (!prev_ident).then(|| raw_string_end(chars, i)).flatten() {
+            (end, false)
+        } else if chars[i] == '"' {
+            (string_end(chars, i), false)
+        } else if chars[i] == '\'' {
+            (char_literal_end(chars, i).unwrap_or(i + 1), false)
+        } else {
+            i += 1;
+            continue;
+        };
+        spans.push((i..end, comment));
         i = end;
     }
-    out
+    spans
 }
 
 /// The path a string literal holds, when it holds nothing else (`"crate::events::is_first"`).
@@ -297,7 +338,7 @@ fn find(chars: &[char], needle: &str, from: usize) -> Option<usize> {
 
 /// The end of the item after an attribute: further attributes, then up to its `;` or the end
 /// of its braces.
-fn item_end(chars: &[char], mut i: usize) -> usize {
+pub fn item_end(chars: &[char], mut i: usize) -> usize {
     let mut depth = 0;
     while i < chars.len() {
         match chars[i] {

@@ -101,13 +101,15 @@ fn show_prints_points_by_hosts_in_every_format() {
     );
 
     let json: serde_json::Value = serde_json::from_str(&show(&run, "json")).unwrap();
+    assert_eq!(json["format_version"], 1);
+    let json = &json["tables"];
     assert_eq!(json[0]["metric"], "output_throughput");
     assert_eq!(json[0]["columns"], serde_json::json!(["point", "fast", "slow"]));
     assert_eq!(
-        json[0]["rows"][1][1],
+        json[0]["rows"][1]["cells"][1],
         serde_json::json!({"status": "value", "value": 800.0})
     );
-    assert_eq!(json[0]["rows"][2][2]["status"], "skipped");
+    assert_eq!(json[0]["rows"][2]["cells"][2]["status"], "skipped");
 
     let out = rigrun()
         .args(["show", run.to_str().unwrap(), "--metric", "mean_ttft_ms"])

@@ -20,8 +20,9 @@ fn invalid_cells_are_marked_and_never_compared() {
 
     let json: serde_json::Value =
         serde_json::from_str(&rigrun_ok(&["show", run, "--format", "json"], 0)).unwrap();
-    assert_eq!(json[0]["rows"][1][2]["status"], "invalid");
-    assert_eq!(json[0]["rows"][1][2]["reason"], "2 of 12 requests failed");
+    let cell = &json["tables"][0]["rows"][1]["cells"][2];
+    assert_eq!(cell["status"], "invalid");
+    assert_eq!(cell["reason"], "2 of 12 requests failed");
     let csv = rigrun_ok(&["show", run, "--format", "csv"], 0);
     assert!(csv.contains(",concurrency=4,slow,263.9"), "{csv}");
     assert!(csv.contains(",invalid,2 of 12 requests failed"), "{csv}");
@@ -59,9 +60,10 @@ fn the_scaling_story_is_told_under_each_sweep() {
     );
     let json: serde_json::Value =
         serde_json::from_str(&rigrun_ok(&["show", run, "--format", "json"], 0)).unwrap();
-    assert_eq!(json[0]["scaling"][1]["limit"]["concurrency"], 64.0);
+    let tables = &json["tables"];
+    assert_eq!(tables[0]["scaling"][1]["limit"]["concurrency"], 64.0);
     assert!(
-        json[1].get("scaling").is_none(),
+        tables[1].get("scaling").is_none(),
         "one level per host in the long-context sweep: no story"
     );
 }

@@ -63,7 +63,7 @@ fn compare_facts_prints_only_what_differs() {
     assert!(full.starts_with("what differs: hosts of run "), "{full}");
     let tables: serde_json::Value =
         serde_json::from_str(&rigrun_ok(&["compare", first, "--format", "json"], 0)).unwrap();
-    assert_eq!(tables[0]["facts_diff"], json["facts_diff"]);
+    assert_eq!(tables["tables"][0]["facts_diff"], json["facts_diff"]);
 
     // The same hosts across two runs: nothing differs.
     let (second, _) = run(dir.path(), &[]);

@@ -69,7 +69,8 @@ fn tables(args: &[&str]) -> Vec<(String, String)> {
     let out = rigrun().args(args).args(["--format", "json"]).output().unwrap();
     assert!(out.status.success(), "{args:?}: {:?}", text(&out));
     let json: Value = serde_json::from_str(&text(&out).0).unwrap();
-    json.as_array()
+    json["tables"]
+        .as_array()
         .unwrap()
         .iter()
         .map(|t| {

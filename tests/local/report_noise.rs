@@ -53,11 +53,11 @@ fn cells(args: &[&str]) -> Vec<(String, Value)> {
         0,
     );
     let json: Value = serde_json::from_str(&out).unwrap();
-    let grid = &json[0];
+    let grid = &json["tables"][0];
     let columns: Vec<String> = serde_json::from_value(grid["columns"].clone()).unwrap();
     columns
         .into_iter()
-        .zip(grid["rows"][0].as_array().unwrap().clone())
+        .zip(grid["rows"][0]["cells"].as_array().unwrap().clone())
         .collect()
 }
 

@@ -96,7 +96,7 @@ fn a_missed_reference_fails_the_check_and_is_marked_everywhere() {
 
     let json: serde_json::Value =
         serde_json::from_str(&rigrun_ok(&["show", run, "--format", "json"], 0)).unwrap();
-    let cell = &json[0]["rows"][1][1];
+    let cell = &json["tables"][0]["rows"][1]["cells"][1];
     assert_eq!(cell["reference"]["expected"], "1000 ±10%");
     assert_eq!(cell["reference"]["met"], false);
     let csv = rigrun_ok(&["show", run, "--format", "csv"], 0);

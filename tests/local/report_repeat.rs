@@ -97,9 +97,9 @@ fn a_repeated_sweep_measures_each_point_n_times_and_shows_mean_and_interval() {
 
     let json: serde_json::Value = serde_json::from_str(&show(&run, "json")).unwrap();
     let cells: Vec<&serde_json::Value> = json
-        .pointer("/0/rows")
+        .pointer("/tables/0/rows")
         .and_then(|r| r.as_array())
-        .map(|rows| rows.iter().filter_map(|row| row.get(1)).collect())
+        .map(|rows| rows.iter().filter_map(|row| row["cells"].get(1)).collect())
         .unwrap_or_default();
     assert_eq!(cells.len(), 2, "{json}");
     assert_eq!(cells[0]["value"], 102.0);

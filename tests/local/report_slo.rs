@@ -72,7 +72,7 @@ fn compare_slo_overrides_the_playbooks_limits_in_every_format() {
         0,
     ))
     .unwrap();
-    let s = &json[0]["slo"];
+    let s = &json["tables"][0]["slo"];
     assert_eq!(s["limits"], serde_json::json!({"p99_ttft_ms": 5000.0}));
     assert_eq!(s["baseline"], "fast");
     assert_eq!(s["series"][0]["host"], "fast");
@@ -198,7 +198,7 @@ fn slo_capacity_on_the_demo_hosts_matches_the_sims_prediction() {
         0,
     ))
     .unwrap();
-    let series = json[0]["slo"]["series"].as_array().unwrap();
+    let series = json["tables"][0]["slo"]["series"].as_array().unwrap();
     for (host, profile) in [
         ("blackwell", "blackwell-8x-rtxpro6000-qwen3.5-397b-nvfp4"),
         ("a6000", "a6000-qwen3.6-27b"),
@@ -273,7 +273,7 @@ fn compare_across_runs_gives_each_runs_capacity_against_the_first() {
     );
     let json: serde_json::Value =
         serde_json::from_str(&rigrun_ok(&["compare", first, second, "--format", "json"], 0)).unwrap();
-    let series = json[0]["slo"]["series"].as_array().unwrap();
+    let series = json["tables"][0]["slo"]["series"].as_array().unwrap();
     let names: Vec<&str> = series.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(

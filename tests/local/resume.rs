@@ -114,8 +114,9 @@ fn redo_failed_runs_the_failed_points_again_as_their_next_attempt() {
     }
     let (_, json, _) = rigrun_in(dir.path(), &["show", run.to_str().unwrap(), "--format", "json"]);
     let json: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(json[0]["attempts"][0]["attempts"], 3, "{json}");
-    assert_eq!(json[0]["attempts"][0]["points_rerun"], 1, "{json}");
+    let attempts = &json["tables"][0]["attempts"][0];
+    assert_eq!(attempts["attempts"], 3, "{json}");
+    assert_eq!(attempts["points_rerun"], 1, "{json}");
     let (code, _, stderr) = rigrun_in(dir.path(), &resume);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("finished ok: nothing to do"), "{stderr}");
@@ -238,7 +239,7 @@ fn a_repeated_sweep_resumes_at_the_repetition_it_was_stopped_in() {
     )
     .1;
     let table: Value = serde_json::from_str(&shown).unwrap();
-    assert_eq!(table[0]["rows"][0][1]["n"], 3, "{shown}");
+    assert_eq!(table["tables"][0]["rows"][0]["cells"][1]["n"], 3, "{shown}");
 }
 
 /// A run whose journals were damaged afterwards (a disk that filled, a kill mid-write): a cut

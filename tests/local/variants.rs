@@ -72,7 +72,7 @@ fn compared(run: &Path, extra: &[&str]) -> Value {
     let (code, stdout, stderr) = rigrun_in(Path::new("."), &args);
     assert_eq!(code, Some(0), "{stderr}");
     let grids: Value = serde_json::from_str(&stdout).unwrap();
-    let sweep = grids
+    let sweep = grids["tables"]
         .as_array()
         .unwrap()
         .iter()
@@ -144,7 +144,7 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
         ])
     );
     assert_eq!(by_variant, compared(&run, &["--baseline", "spec=off"]));
-    let row = &by_variant["rows"][0];
+    let row = &by_variant["rows"][0]["cells"];
     assert_eq!(row[7]["value"], 2.0, "{row}");
     assert_eq!(row[3]["status"], "failed", "{row}");
     assert!(
@@ -163,7 +163,7 @@ fn variants_are_columns_compared_against_a_variant_or_a_host() {
             "slow/spec=broken / fast/spec=broken"
         ]
     );
-    assert_eq!(by_host["rows"][0][7]["value"], 0.5, "{by_host}");
+    assert_eq!(by_host["rows"][0]["cells"][7]["value"], 0.5, "{by_host}");
 
     let run_arg = run.to_str().unwrap();
     let (code, _, stderr) = rigrun_in(tmp.path(), &["compare", run_arg, "--baseline", "spec=maybe"]);
@@ -357,7 +357,7 @@ fn the_shipped_demo_shows_speculative_decoding_off_and_on_on_both_hosts() {
     );
     assert!(!stdout.contains("none found"), "{stdout}");
     let table = compared(&run, &["--baseline", "spec=off"]);
-    let first = table["rows"][0].as_array().unwrap();
+    let first = table["rows"][0]["cells"].as_array().unwrap();
     assert_eq!(first[0]["text"], "concurrency=1", "{table}");
     // At C=1 decoding is memory bound: speculation's accepted tokens come nearly free.
     for (column, name) in [(5, "blackwell"), (6, "a6000")] {

@@ -126,7 +126,7 @@ fn two_namespaced_hosts_run_the_whole_workflow_and_compare() {
         .unwrap();
     let grids: Value = serde_json::from_str(&text(&out).0).unwrap();
     assert_eq!(
-        grids[0]["columns"],
+        grids["tables"][0]["columns"],
         serde_json::json!(["point", "h1", "h2", "h2 / h1"])
     );
     for format in ["table", "markdown", "csv", "json"] {
