@@ -74,7 +74,7 @@ fn the_host_binary_is_what_a_host_runs_as_version_sim_and_bench() {
       \x20 - start-server:\n      command: \"{{ rigrun }} sim --profile tiny --port {{ port }}\"\n      url: \"http://127.0.0.1:{{ port }}\"\n\
       \x20 - run-sweep:\n      matrix: {concurrency: [1, 2]}\n      command: >-\n        \
       {{ rigrun }} bench --url http://127.0.0.1:{{ port }} --model rigrun/tiny --concurrency {{ concurrency }}\n        \
-      --input-len 16 --output-len 16 --num-requests 4\n";
+      --input-len 16 --output-len 16 --num-requests {{ concurrency * 5 }}\n";
     std::fs::write(dir.join("p.yaml"), playbook).unwrap();
     let out = rigrun()
         .current_dir(dir)
@@ -102,6 +102,6 @@ fn the_host_binary_is_what_a_host_runs_as_version_sim_and_bench() {
             .unwrap_or_else(|| panic!("no record at concurrency {c}: {recs:?}"));
         assert_eq!(rec["status"], "ok", "{rec}");
         assert_eq!(rec["metrics"]["backend"], "rigrun-bench", "{rec}");
-        assert_eq!(rec["metrics"]["completed"], 4, "{rec}");
+        assert_eq!(rec["metrics"]["completed"], 5 * c, "{rec}");
     }
 }
