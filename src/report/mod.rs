@@ -40,6 +40,7 @@ pub use compare::{parse_tolerance, shares_a_point, CompareOptions, DEFAULT_TOLER
 pub use html::render as html;
 pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};
+pub use planned::measured_nothing;
 pub use runs_table::runs_table;
 
 use crate::events::Record;
