@@ -10,6 +10,7 @@
 #   bench/fetch_memory.sh                        # 1,000 and 10,000 files
 #   COUNTS="1000 10000 30000" bench/fetch_memory.sh
 #   BEFORE=/path/to/older/rigrun bench/fetch_memory.sh   # also an older build, side by side
+#   RIGRUN=/path/to/rigrun bench/fetch_memory.sh         # that binary, not this tree's release build
 #
 # Needs sshd (apt-get install openssh-server), /usr/bin/time (apt-get install time) and python3.
 # Prints a Markdown table (docs/fetch.md keeps the last one measured); $WORK keeps the logs.
@@ -23,8 +24,11 @@ TARGET=${CARGO_TARGET_DIR:-target}
 BEFORE=${BEFORE:-}
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time: apt-get install -y time" >&2; exit 1; }
 
-cargo build --release --quiet --bin rigrun
-BIN=$TARGET/release/rigrun
+BIN=${RIGRUN:-}
+if [ -z "$BIN" ]; then
+  cargo build --release --quiet --bin rigrun
+  BIN=$TARGET/release/rigrun
+fi
 
 source bench/lib/sshd.sh
 # The baselines' ControlMaster: connecting is paid once, outside what is measured, as rigrun
