@@ -67,7 +67,10 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
             break;
         };
         match result {
-            Ok(file) => report.fetched(ctx, step, plan.records, (entry, rel), file),
+            Ok(file) => {
+                let local = dest_root.join(rel);
+                report.fetched(ctx, step, plan.records, (entry, rel, &local), file);
+            }
             Err(e) => {
                 let failed = Verdict::Fail(format!("{e:#}"));
                 Report::say(ctx, step, entry, &failed);

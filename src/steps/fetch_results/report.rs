@@ -117,26 +117,26 @@ impl Report {
         self.failed.add(item);
     }
 
-    /// Records a fetched file (and reads its records, when asked).
+    /// Records a file fetched to `local` (and reads its records, when asked).
     pub(super) fn fetched(
         &mut self,
         ctx: &HostCtx,
         step: &PlannedStep,
         read_records: bool,
-        (entry, rel): (&Entry, &Path),
+        (entry, rel, local): (&Entry, &Path, &Path),
         file: Fetched,
     ) {
         let count = match read_records {
-            true => records::from_fetched(ctx, step, rel, &file.local, file.bytes),
+            true => records::from_fetched(ctx, step, rel, local, file.bytes),
             false => 0,
         };
         let remote = escape(&entry.path);
         let mut item = json!({
             "remote": remote,
             "outcome": "fetched",
-            "local": file.local.strip_prefix(&ctx.run_dir).unwrap_or(&file.local).display().to_string(),
+            "local": local.strip_prefix(&ctx.run_dir).unwrap_or(local).display().to_string(),
             "bytes": file.bytes,
-            "sha256": file.sha256,
+            "sha256": hex::encode(file.sha256),
             "records": count,
             // What the received bytes were checked against (see HOST_HASH_LIMIT).
             "verified": if entry.sha256.is_some() { "sha256 from the host" } else { "size and modification time" },
