@@ -19,7 +19,8 @@ use crate::report::Format;
         variant of its configuration (`variants: {spec: [off, nextn3]}`), one variant after \
         another on each host, and the tables put host × variant side by side \
         (blackwell/spec=nextn3).\n\n\
-        Exit codes: 0 success; 1 a step or host failed; 2 invalid input (nothing was run).",
+        Exit codes: 0 success; 1 a step or host failed, or a host measured nothing (its sweep \
+        points ran and printed no record); 2 invalid input (nothing was run).",
     after_help = "Try the local demos: rigrun run playbooks/demo.yaml -i playbooks/demo-hosts.yaml \
         (hosts compared), playbooks/demo-variants.yaml with the same inventory (server variants)"
 )]

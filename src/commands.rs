@@ -241,8 +241,17 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
         eprintln!("error: {line}");
     }
     let missed = missed_references(&run, args.check_references);
+    let unmeasured = measured_nothing(&run);
     let resume = format!("rigrun run --resume {}", outcome.run_dir.display());
     let verdict = match outcome.status {
+        Status::Ok if !unmeasured.is_empty() => format!(
+            "every step succeeded, but nothing was measured on {}",
+            unmeasured
+                .iter()
+                .map(|(c, _)| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Status::Ok => "all hosts succeeded".to_string(),
         Status::Interrupted => {
             format!("stopped before its end; everything measured so far is kept; go on with: {resume}")
@@ -254,7 +263,27 @@ fn close(args: &RunArgs, outcome: &executor::RunOutcome) -> Result<Exit> {
     };
     eprintln!("run {}: {verdict}", outcome.run_dir.display());
     eprintln!("{}", next_commands(&outcome.run_dir));
-    Ok(Exit::ok_if(outcome.status == Status::Ok && !missed))
+    Ok(Exit::ok_if(
+        outcome.status == Status::Ok && !missed && unmeasured.is_empty(),
+    ))
+}
+
+/// Says, for each host (or host/variant) whose sweep points all ran without printing a record
+/// and that recorded nothing else, that nothing was measured there (and the run exits 1); see
+/// `report::measured_nothing`.
+fn measured_nothing(run: &Run) -> Vec<(String, Vec<(String, usize)>)> {
+    let columns = report::measured_nothing(run);
+    for (column, sweeps) in &columns {
+        let sweeps: Vec<String> = (sweeps.iter())
+            .map(|(step, n)| format!("{} of {step}", crate::words::count(*n, "point")))
+            .collect();
+        eprintln!(
+            "error: {column}: nothing measured: {} ran and exited 0 but printed no record (a record \
+             is a JSON object on a line of its own on stdout), and no other step recorded anything",
+            sweeps.join(", ")
+        );
+    }
+    columns
 }
 
 /// The end of a run no host connected to: each host's reason once, and no table of points

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 pub enum Exit {
     /// Everything asked for was done (and, for `bench`, every level was valid).
     Ok,
-    /// Something that ran failed: a step, a host, an invalid level, a missed reference.
+    /// Something that ran failed: a step, a host, an invalid level, a missed reference; or a
+    /// run measured nothing on a host (its sweep points ran and printed no record).
     Failed,
     /// The input was wrong; nothing was run.
     Invalid,

@@ -60,6 +60,11 @@ pub enum Cell {
     NotRun {
         reason: String,
     },
+    /// A planned point that ran and ended well (its command exited 0) but printed no record:
+    /// nothing was measured there, and not because it did not run.
+    NoRecord {
+        reason: String,
+    },
     /// The point ran, and its record says why it cannot have the metric (energy per token
     /// without the benchmark's window).
     Unknown {
@@ -276,6 +281,7 @@ impl Cell {
             Cell::Failed { reason } => format!("FAILED: {reason}"),
             Cell::Lost { reason } => format!("lost: {reason}"),
             Cell::NotRun { reason } => format!("not run: {reason}"),
+            Cell::NoRecord { reason } => format!("ran, no record: {reason}"),
             Cell::Unknown { reason } => format!("unknown: {reason}"),
             Cell::RecordLost { reason } => format!("ok, record lost: {reason}"),
             Cell::Missing => "—".to_string(),
@@ -286,7 +292,7 @@ impl Cell {
     }
 
     /// The reason a human format lists once under the table, and the short text that points
-    /// to it (`skipped`, `FAILED`, `not run`, `invalid`, or the value with ✗ for a missed
+    /// to it (`skipped`, `FAILED`, `not run`, `ran, no record`, `invalid`, or the value with ✗ for a missed
     /// reference, `noisy` for a repeated point that varies too much, and the repetitions
     /// excluded; a judged change says what it was judged by).
     pub fn note(&self) -> Option<(String, String)> {
@@ -308,6 +314,7 @@ impl Cell {
             Cell::Failed { reason } => Some(("FAILED".into(), reason.clone())),
             Cell::Lost { reason } => Some(("lost".into(), format!("lost: {reason}"))),
             Cell::NotRun { reason } => Some(("not run".into(), format!("not run: {reason}"))),
+            Cell::NoRecord { reason } => Some(("ran, no record".into(), format!("ran, no record: {reason}"))),
             Cell::RecordLost { reason } => Some(("ok, record lost".into(), reason.clone())),
             Cell::Invalid { reason, .. } => Some(("invalid".into(), format!("invalid: {reason}"))),
             Cell::Unknown { reason } => Some(("unknown".into(), format!("unknown: {reason}"))),

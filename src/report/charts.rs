@@ -4,7 +4,8 @@
 //! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid
 //! measurements are drawn; a repeated point is drawn at the mean of its valid repetitions, with an
 //! error bar of its 95% interval on the throughput and TTFT charts. A point not measured
-//! (skipped, failed, not run, invalid, or without the metric) is marked where it would be.
+//! (skipped, failed, not run, ran without a record, invalid, or without the metric) is marked
+//! where it would be.
 //! A series' colour is its host's and its dash pattern its variant's or run's, in every chart of
 //! a report. A chart the step is meant for (a concurrency sweep, a sweep over input lengths)
 //! but the data cannot support is left out with a sentence saying why; other steps get none.
@@ -12,9 +13,8 @@
 use indexmap::IndexMap;
 use serde_json::Value as Json;
 
-use super::cell::format_number;
-use super::cell::invalid_reason;
-use super::planned::{not_run_reason, Planned};
+use super::cell::{format_number, invalid_reason, Cell};
+use super::planned::Planned;
 use super::scaling::{concurrency_of, series_name, series_of};
 use super::stats::Estimate;
 use super::svg::{tooltip, Chart, ChartPoint, ChartSeries, Gap, Limit, Look, Scale, Tag};
@@ -67,7 +67,7 @@ struct Unmeasured {
     host: String,
     look: (Tag, Tag),
     point: Values,
-    /// `skipped`, `failed`, `invalid` or `not run`.
+    /// `skipped`, `failed`, `invalid`, `not run`, `ran, no record`, …
     status: &'static str,
     why: String,
 }
@@ -383,9 +383,8 @@ fn unmeasured(runs: &[Run], step_index: usize, step: &str, looks: &Looks) -> Vec
                     .filter(|r| r.column() == column && r.key().point == *point)
                     .collect();
                 let Some((status, why)) = why_unmeasured(&of_point, || {
-                    planned
-                        .has(step_index, step, &point.label)
-                        .then(|| not_run_reason(&run.manifest, &column, step_index))
+                    let planned_point = planned.has(step_index, step, &point.label);
+                    planned_point.then(|| planned.absent(run, &column, step_index, &point.label))
                 }) else {
                     continue;
                 };
@@ -404,10 +403,11 @@ fn unmeasured(runs: &[Run], step_index: usize, step: &str, looks: &Looks) -> Vec
 }
 
 /// Why a point's records (every repetition) hold no valid measurement: the first skipped,
-/// failed or invalid one's reason, or, with no record, `not_run`'s; none when one is valid.
+/// failed or invalid one's reason, or, with no record, what the table's cell says of it
+/// (`absent`: not run, ran without a record, …); none when one is valid.
 fn why_unmeasured(
     records: &[&Record],
-    not_run: impl FnOnce() -> Option<String>,
+    absent: impl FnOnce() -> Option<Cell>,
 ) -> Option<(&'static str, String)> {
     if records
         .iter()
@@ -427,9 +427,23 @@ fn why_unmeasured(
         return Some(("invalid", why));
     }
     match records.is_empty() {
-        true => not_run().map(|why| ("not run", why)),
+        true => absent().and_then(|cell| absent_status(&cell)),
         false => None,
     }
+}
+
+/// A chart's word and reason for a planned point without a record, as its table cell says it.
+fn absent_status(cell: &Cell) -> Option<(&'static str, String)> {
+    let (status, reason) = match cell {
+        Cell::NotRun { reason } => ("not run", reason),
+        Cell::NoRecord { reason } => ("ran, no record", reason),
+        Cell::Skipped { reason } => ("skipped", reason),
+        Cell::Failed { reason } => ("failed", reason),
+        Cell::Lost { reason } => ("lost", reason),
+        Cell::RecordLost { reason } => ("record lost", reason),
+        _ => return None,
+    };
+    Some((status, reason.clone()))
 }
 
 /// What tells the runs apart in series names: nothing for one run, ` @<time>` for several.

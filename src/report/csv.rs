@@ -180,6 +180,7 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
         Cell::Lost { reason } => (String::new(), "lost", reason.clone()),
         Cell::RecordLost { reason } => (String::new(), "record lost", reason.clone()),
         Cell::NotRun { reason } => (String::new(), "not run", reason.clone()),
+        Cell::NoRecord { reason } => (String::new(), "ran, no record", reason.clone()),
         Cell::Unknown { reason } => (String::new(), "unknown", reason.clone()),
         Cell::Missing => (String::new(), "missing", String::new()),
         Cell::Label { .. } | Cell::Check { .. } => (cell.text(), "label", String::new()),

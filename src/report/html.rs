@@ -288,6 +288,7 @@ fn class(cell: &Cell) -> &'static str {
         Cell::Lost { .. } => "lost",
         Cell::RecordLost { .. } => "missing",
         Cell::NotRun { .. } => "notrun",
+        Cell::NoRecord { .. } => "norecord",
         Cell::Unknown { .. } => "unknown",
         Cell::Missing => "missing",
         Cell::Check { met: false } => "missed",

@@ -230,6 +230,10 @@ enum CellJson<'a> {
     NotRun {
         reason: &'a str,
     },
+    #[serde(rename = "ran, no record")]
+    NoRecord {
+        reason: &'a str,
+    },
     Unknown {
         reason: &'a str,
     },
@@ -281,6 +285,7 @@ impl CellJson<'_> {
             Cell::Lost { reason } => CellJson::Lost { reason },
             Cell::RecordLost { reason } => CellJson::RecordLost { reason },
             Cell::NotRun { reason } => CellJson::NotRun { reason },
+            Cell::NoRecord { reason } => CellJson::NoRecord { reason },
             Cell::Unknown { reason } => CellJson::Unknown { reason },
             Cell::Missing => CellJson::Missing,
             Cell::Label { .. } | Cell::Check { .. } => CellJson::Label { text: cell.text() },

@@ -40,10 +40,11 @@ pub use compare::{parse_tolerance, shares_a_point, CompareOptions, DEFAULT_TOLER
 pub use html::render as html;
 pub use metric_names::check as check_metrics;
 pub use model::{Grid, Report, Section, Topic};
+pub use planned::measured_nothing;
 pub use runs_table::runs_table;
 
 use crate::events::Record;
-use crate::store::{read_events, read_records, Manifest};
+use crate::store::{events, read_records, Manifest};
 
 /// The metric shown when the user names none and the records have it.
 pub const DEFAULT_METRIC: &str = "output_throughput";
@@ -85,7 +86,11 @@ impl Run {
             crate::telemetry::summary::withdraw_mismatched(&mut record.metrics);
         }
         let (records, rerun) = attempts::latest(records, !manifest.resumed.is_empty());
-        let history = crate::resume::history::read(&read_events(dir).unwrap_or_default());
+        // Folded as it is read: a journal of many records is never in memory whole.
+        let history = match events(dir) {
+            Ok(events) => crate::resume::history::read(events),
+            Err(_) => Default::default(),
+        };
         Ok(Run {
             manifest,
             records,

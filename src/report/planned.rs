@@ -13,7 +13,7 @@ use super::steps::StepRecords;
 use super::Run;
 use crate::config::only::Only;
 use crate::config::Playbook;
-use crate::events::Status;
+use crate::events::{RecordStatus, Status};
 use crate::point::PlannedSweep;
 use crate::point::{self, StepPoint};
 use crate::resume::Ended;
@@ -107,8 +107,9 @@ impl Planned {
     }
 
     /// The cell of a planned point of step `index` that `column` has no record of: skipped
-    /// when the plan skips it; how it ended when the journal says it finished (its record line
-    /// was lost: a damaged records.jsonl); else `not run` with the reason.
+    /// when the plan skips it; how it ended when the journal says it finished (`ran, no record`
+    /// when it ended well, or its record line was lost: a damaged records.jsonl); else `not
+    /// run` with the reason.
     pub fn absent(&self, run: &Run, column: &str, index: usize, label: &str) -> Cell {
         let point = StepPoint {
             step_index: index,
@@ -133,8 +134,9 @@ impl Planned {
                     run.unreadable_records
                 ),
             },
-            // It ran and printed no record.
-            Some(Ended::Ok { .. }) => Cell::Missing,
+            Some(Ended::Ok { .. }) => Cell::NoRecord {
+                reason: NO_RECORD.to_string(),
+            },
             Some(Ended::Failed { reason }) => Cell::Failed { reason },
             Some(Ended::Lost { reason }) => Cell::Lost { reason },
             Some(Ended::Skipped) => Cell::Skipped {
@@ -146,6 +148,37 @@ impl Planned {
         }
     }
 }
+
+/// The columns (hosts, or host/variant) that measured nothing although points of their sweeps
+/// ran and ended well: no ok record at all (a later `fetch-results`' files count), each with the
+/// sweeps whose points printed no record and how many. Such a run has no measurement to show
+/// there, which its exit code says.
+pub fn measured_nothing(run: &Run) -> Vec<(String, Vec<(String, usize)>)> {
+    let planned = Planned::of(&run.manifest);
+    let measured =
+        |column: &str| (run.records.iter()).any(|r| r.status == RecordStatus::Ok && r.column() == column);
+    let mut columns = Vec::new();
+    for column in run.hosts().into_iter().filter(|c| !measured(c)) {
+        let sweeps: Vec<(String, usize)> = (planned.sweeps.iter())
+            .filter_map(|((index, name), points)| {
+                let no_record = |label: &&String| {
+                    let cell = planned.absent(run, &column, *index, label);
+                    matches!(cell, Cell::NoRecord { .. })
+                };
+                let count = points.keys().filter(no_record).count();
+                (count > 0).then(|| (name.clone(), count))
+            })
+            .collect();
+        if !sweeps.is_empty() {
+            columns.push((column, sweeps));
+        }
+    }
+    columns
+}
+
+/// Why a point that ran and ended well has no record.
+const NO_RECORD: &str = "its command exited 0 and printed no record on stdout (a record is a \
+    JSON object on a line of its own; the point's output is in its log under hosts/)";
 
 /// The sweeps of a run made before its manifest kept them: its playbook's read again from the
 /// copy the manifest keeps, with the points `--only` kept, and the skips of its configuration
@@ -193,7 +226,7 @@ fn plan_place(points: &IndexMap<String, point::Values>, row: &str) -> usize {
 /// Why `column` did not run a point of step `step_index`: the sweep stopped short and said why
 /// (its server gone), its host failed (at that step or before), the run was interrupted or
 /// abandoned, or is still going.
-pub fn not_run_reason(manifest: &Manifest, column: &str, step_index: usize) -> String {
+fn not_run_reason(manifest: &Manifest, column: &str, step_index: usize) -> String {
     // A column is a host, or `host/variant`.
     let (host, variant) = column
         .split_once('/')

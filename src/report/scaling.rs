@@ -269,6 +269,7 @@ pub fn stories(step: &StepRecords, table_metric: &str, hosts: &[String]) -> Vec<
                     | Cell::Lost { .. }
                     | Cell::RecordLost { .. }
                     | Cell::NotRun { .. }
+                    | Cell::NoRecord { .. }
                     | Cell::Unknown { .. }
                     | Cell::Label { .. }
                     | Cell::Ratio { .. }

@@ -138,9 +138,12 @@ impl HostHistory {
 
 /// Every host's history (each server variant's on its own, keyed `host/variant`), from a
 /// run's journal in order.
-pub fn read(events: &[Event]) -> HashMap<String, HostHistory> {
+pub fn read<E: std::borrow::Borrow<Event>>(
+    events: impl IntoIterator<Item = E>,
+) -> HashMap<String, HostHistory> {
     let mut hosts: HashMap<String, HostHistory> = HashMap::new();
     for event in events {
+        let event = event.borrow();
         if let Some(key) = key_of(event) {
             hosts.entry(key).or_default().apply(event);
         }

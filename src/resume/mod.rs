@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::events::Status;
 use crate::exit::Invalid;
 use crate::point::StepPoint;
-use crate::store::{read_events, RunDir};
+use crate::store::{events, RunDir};
 
 /// Which finished points a resume runs again besides those that never finished.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub fn open(path: &Path, redo: Redo) -> Result<Resumed> {
         .into());
     }
     let config = reload::config_as_run(&manifest)?;
-    let mut pasts = history::read(&read_events(path).map_err(invalid)?);
+    let mut pasts = history::read(events(path).map_err(invalid)?);
     let work = config
         .hosts
         .iter()

@@ -17,4 +17,4 @@ pub mod runs;
 
 pub use details::Details;
 pub use manifest::{manifest_for, HostEntry, Manifest, Process};
-pub use run_dir::{beside, read_events, read_manifest, read_records, slug, RunDir};
+pub use run_dir::{beside, events, read_manifest, read_records, slug, RunDir};

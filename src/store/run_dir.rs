@@ -283,20 +283,27 @@ fn cut_partial_line(path: &Path) -> Result<u64> {
     Ok(bytes[..whole].iter().filter(|&&b| b == b'\n').count() as u64)
 }
 
-/// Every event of a run's journal that can be read, in order. A line that is not an event (cut
-/// short by a full disk, a crash or a kill mid-write, or garbled) is skipped with a warning on
-/// stderr naming the file and line, as [`read_records`] does.
-pub fn read_events(dir: &Path) -> Result<Vec<Event>> {
+/// Every event of a run's journal that can be read, in order, one at a time (readers fold them:
+/// a journal of many records is never in memory whole). A line that is not an event (cut short
+/// by a full disk, a crash or a kill mid-write, or garbled) is skipped with a warning on stderr
+/// naming the file and line, as [`read_records`] does.
+pub fn events(dir: &Path) -> Result<impl Iterator<Item = Event>> {
     let path = dir.join("events.jsonl");
     let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let (events, skipped) = parse_lines::<Event>(BufReader::new(file));
-    for (line, why) in &skipped {
-        eprintln!(
-            "warning: {}:{line}: not an event ({why}); skipped, everything else is read",
-            path.display()
-        );
-    }
-    Ok(events)
+    let lines = BufReader::new(file).split(b'\n').enumerate();
+    Ok(
+        lines.filter_map(move |(n, line)| match parse_line::<Event>(line) {
+            Ok(event) => event,
+            Err(why) => {
+                eprintln!(
+                    "warning: {}:{}: not an event ({why}); skipped, everything else is read",
+                    path.display(),
+                    n + 1
+                );
+                None
+            }
+        }),
+    )
 }
 
 /// Reads `records.jsonl`. A line that is not a record (cut short by a full disk, a crash or a
@@ -320,16 +327,19 @@ pub fn read_records(dir: &Path) -> Result<(Manifest, Vec<Record>, usize)> {
 fn parse_lines<T: serde::de::DeserializeOwned>(reader: impl BufRead) -> (Vec<T>, Vec<(usize, String)>) {
     let (mut items, mut skipped) = (Vec::new(), Vec::new());
     for (n, line) in reader.split(b'\n').enumerate() {
-        let parsed = line
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| serde_json::from_slice::<Option<T>>(&bytes).or_else(|e| blank(&bytes, e)));
-        match parsed {
+        match parse_line(line) {
             Ok(Some(item)) => items.push(item),
             Ok(None) => {}
             Err(why) => skipped.push((n + 1, why)),
         }
     }
     (items, skipped)
+}
+
+/// One line of a journal: its item, none for a blank line, or why it is not one.
+fn parse_line<T: serde::de::DeserializeOwned>(line: std::io::Result<Vec<u8>>) -> Result<Option<T>, String> {
+    line.map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice::<Option<T>>(&bytes).or_else(|e| blank(&bytes, e)))
 }
 
 /// An empty or blank line is no item and no damage either.

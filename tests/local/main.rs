@@ -42,5 +42,6 @@ mod sim_http;
 mod sim_model;
 mod sim_profiles;
 mod start_server;
+mod sweep_no_record;
 mod telemetry;
 mod variants;

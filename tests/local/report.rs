@@ -57,7 +57,8 @@ fn setup() -> tempfile::TempDir {
     dir
 }
 
-fn show(run: &Path, format: &str) -> String {
+/// `rigrun show RUN --format FORMAT`, which must succeed; its stdout.
+pub(crate) fn show(run: &Path, format: &str) -> String {
     let out = rigrun()
         .args(["show", run.to_str().unwrap(), "--format", format])
         .output()

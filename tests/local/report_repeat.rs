@@ -152,11 +152,11 @@ fn each_repetition_of_a_dotted_point_keeps_its_own_log() {
     std::fs::write(
         dir.path().join("sweep.yaml"),
         "name: dotted\nsteps:\n  - run-sweep:\n      repeat: 2\n      matrix: {t: [0.7]}\n      command: >-\n        \
-         f={{ dir }}/n; n=$(( $(cat $f 2>/dev/null || echo 0) + 1 )); echo $n > $f; echo \"run $n\"\n",
+         f={{ dir }}/n; n=$(( $(cat $f 2>/dev/null || echo 0) + 1 )); echo $n > $f; echo \"run $n\"; echo \"{\\\"n\\\": $n}\"\n",
     )
     .unwrap();
     let run = run_dir(dir.path());
     let log = |name: &str| std::fs::read_to_string(run.join("hosts/a/01-run-sweep").join(name)).unwrap();
-    assert_eq!(log("001-t=0.7.stdout.log"), "run 1\n");
-    assert_eq!(log("001-t=0.7-rep2.stdout.log"), "run 2\n");
+    assert_eq!(log("001-t=0.7.stdout.log"), "run 1\n{\"n\": 1}\n");
+    assert_eq!(log("001-t=0.7-rep2.stdout.log"), "run 2\n{\"n\": 2}\n");
 }

@@ -91,12 +91,23 @@ fn fetched(run_dir: &Path) -> PathBuf {
     run_dir.join("hosts/h/fetched")
 }
 
-/// The `remote` names of a details list (`files`, `skipped`, `failed`), without the folder.
-fn names(details: &Value, list: &str, host: &Host) -> Vec<String> {
+/// The files the step fetched, as its list (`files.jsonl`, named in its details) has them, in
+/// listing order; every match of the glob has a line there, the skipped and failed ones too.
+fn fetched_list(run_dir: &Path, details: &Value) -> Vec<Value> {
+    let list = details["list"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no list in {details:#}"));
+    let text = std::fs::read_to_string(run_dir.join(list)).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let fetched: Vec<Value> = lines.into_iter().filter(|f| f["outcome"] == "fetched").collect();
+    assert_eq!(details["fetched"], fetched.len(), "{details:#}");
+    fetched
+}
+
+/// The `remote` names of the files fetched, without the folder.
+fn fetched_names(run_dir: &Path, details: &Value, host: &Host) -> Vec<String> {
     let prefix = format!("{}/", host.results().display());
-    details[list]
-        .as_array()
-        .unwrap_or_else(|| panic!("no {list} in {details:#}"))
+    fetched_list(run_dir, details)
         .iter()
         .map(|f| {
             f["remote"]
@@ -148,8 +159,10 @@ fn a_large_file_streams_to_disk_with_little_memory_and_stays_sparse() {
     let (run_dir, details) = host.outcome();
     let local = fetched(&run_dir).join("big.bin");
     assert_eq!(sha256_of(&local), sha256_of(&big));
-    assert_eq!(details["files"][0]["sha256"], sha256_of(&big));
-    assert_eq!(details["files"][0]["bytes"], 204 << 20);
+    let files = fetched_list(&run_dir, &details);
+    assert_eq!(files[0]["sha256"], sha256_of(&big));
+    assert_eq!(files[0]["bytes"], 204 << 20);
+    assert_eq!(details["bytes"], 204 << 20);
     assert!(
         peak_kib < 80 * 1024,
         "rigrun peaked at {} MiB fetching a 204 MiB file",
@@ -174,7 +187,8 @@ fn two_thousand_files_are_listed_in_one_command_and_become_records() {
     host.sshd.as_mut().unwrap().restart_verbose();
     let (out, run_dir, details) = host.fetch("");
     assert!(out.status.success(), "{:?}", text(&out));
-    assert_eq!(details["files"].as_array().unwrap().len(), 2000);
+    assert_eq!(fetched_list(&run_dir, &details).len(), 2000);
+    assert_eq!(details["records"], 2000);
     let recs = records(&run_dir);
     assert_eq!(recs.len(), 2000, "one record per fetched JSON file");
     assert_eq!(recs[1]["point"]["file"], "r1.json", "natural order: r1 after r0");
@@ -221,7 +235,10 @@ fn files_that_cannot_be_fetched_are_named_and_the_rest_are_fetched() {
         Some(1),
         "a file not fetched fails the run:\n{stdout}\n{stderr}"
     );
-    assert_eq!(names(&details, "files", &host), ["good.json", "late.json"]);
+    assert_eq!(
+        fetched_names(&run_dir, &details, &host),
+        ["good.json", "late.json"]
+    );
     assert!(fetched(&run_dir).join("good.json").is_file());
     assert_eq!(records(&run_dir)[0]["metrics"]["output_throughput"], 7);
     assert!(reason(&details, "failed", "pipe.json").contains("not a regular file"));
@@ -255,18 +272,15 @@ fn names_with_newlines_bad_bytes_and_spaces_are_fetched_escaped_and_shown() {
         let content = std::fs::read_to_string(dir.join(local)).unwrap_or_else(|e| panic!("{local}: {e}"));
         assert_eq!(content, format!("{{\"a\": {a}}}"));
     }
-    let mut shown = names(&details, "files", &host);
+    let mut shown = fetched_names(&run_dir, &details, &host);
     shown.sort();
     assert_eq!(
         shown,
         ["100%25.json", "bad%FF.json", "new%0Aline.json", "with space.json"]
     );
-    let escaped = details["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["escaped"] == true);
-    assert_eq!(escaped.count(), 3, "escaped names are marked: {details:#}");
+    let files = fetched_list(&run_dir, &details);
+    let escaped = files.iter().filter(|f| f["escaped"] == true);
+    assert_eq!(escaped.count(), 3, "escaped names are marked: {files:#?}");
     let files: Vec<_> = records(&run_dir)
         .iter()
         .map(|r| r["point"]["file"].clone())
@@ -282,14 +296,17 @@ fn links_are_followed_only_inside(host: Host) {
 
     let (out, run_dir, details) = host.fetch("");
     assert!(out.status.success(), "{:?}", text(&out));
-    assert_eq!(names(&details, "files", &host), ["real.json"]);
+    assert_eq!(fetched_names(&run_dir, &details, &host), ["real.json"]);
     assert!(reason(&details, "skipped", "passwd.json").contains("not followed"));
     assert!(reason(&details, "skipped", "inner.json").contains("follow_symlinks: true"));
     assert!(!fetched(&run_dir).join("passwd.json").exists());
 
     let (out, run_dir, details) = host.fetch("      follow_symlinks: true\n");
     assert!(out.status.success(), "{:?}", text(&out));
-    assert_eq!(names(&details, "files", &host), ["inner.json", "real.json"]);
+    assert_eq!(
+        fetched_names(&run_dir, &details, &host),
+        ["inner.json", "real.json"]
+    );
     assert_eq!(
         std::fs::read(fetched(&run_dir).join("inner.json")).unwrap(),
         b"{\"a\": 1}"
@@ -375,7 +392,7 @@ fn without_tar_on_the_host_the_files_come_one_by_one() {
         .unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
     let (run_dir, details) = host.outcome();
-    assert_eq!(details["files"].as_array().unwrap().len(), 30, "{details:#}");
+    assert_eq!(fetched_list(&run_dir, &details).len(), 30, "{details:#}");
     assert_eq!(
         std::fs::read_to_string(fetched(&run_dir).join("r7.json")).unwrap(),
         "{\"i\": 7}"
@@ -404,15 +421,72 @@ fn fetched_files_keep_the_hosts_modes_big_and_small_without_setuid() {
         }
         let (out, run_dir, details) = host.fetch("      records: false\n");
         assert!(out.status.success(), "{:?}", text(&out));
-        assert_eq!(
-            details["files"].as_array().map(Vec::len),
-            Some(modes.len()),
-            "{details:#}"
-        );
+        assert_eq!(fetched_list(&run_dir, &details).len(), modes.len());
         for (name, _, _, expected) in modes {
             let local = fetched(&run_dir).join(name);
             let got = std::fs::metadata(&local).unwrap().permissions().mode() & 0o7777;
             assert_eq!(got, expected, "{name}: {got:o}, expected {expected:o}");
         }
     }
+}
+
+/// Thousands of files over SSH, of every small size (empty ones too) and any bytes: every one
+/// arrives byte for byte, the list names each with the sha256 of what arrived, and nothing else
+/// lands in the fetched folder.
+#[test]
+fn thousands_of_files_arrive_byte_identical() {
+    const FILES: usize = 3000;
+    let host = Host::ssh();
+    let content = |i: usize| -> Vec<u8> {
+        let len = (i * 37) % 3000;
+        (0..len).map(|j| ((i * 131 + j * 7) % 256) as u8).collect()
+    };
+    for i in 0..FILES {
+        host.put(format!("f{i}.bin").as_bytes(), &content(i));
+    }
+    let (out, run_dir, details) = host.fetch("      records: false\n");
+    assert!(out.status.success(), "{:?}", text(&out));
+    let files = fetched_list(&run_dir, &details);
+    assert_eq!(files.len(), FILES);
+    let dir = fetched(&run_dir);
+    for i in 0..FILES {
+        let name = format!("f{i}.bin");
+        let got = std::fs::read(dir.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == content(i), "{name} differs from the host's");
+    }
+    for file in &files {
+        let local = run_dir.join(file["local"].as_str().unwrap());
+        assert_eq!(file["sha256"], sha256_of(&local), "{file}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        FILES,
+        "nothing else is there"
+    );
+    let total: usize = (0..FILES).map(|i| content(i).len()).sum();
+    assert_eq!(details["bytes"], total);
+}
+
+/// More skipped matches than the details name: the details show the first ones and count the
+/// rest; the list has every match, each with why.
+#[test]
+fn every_match_is_in_the_list_though_the_details_name_the_first() {
+    let host = Host::local();
+    host.put(b"a.json", b"{}");
+    for i in 0..130 {
+        std::fs::create_dir(host.results().join(format!("d{i}"))).unwrap();
+    }
+    let (out, run_dir, details) = host.fetch("");
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(details["skipped"].as_array().unwrap().len(), 100, "{details:#}");
+    assert_eq!(details["more_in_list"]["skipped"], 30, "{details:#}");
+    let list = std::fs::read_to_string(run_dir.join(details["list"].as_str().unwrap())).unwrap();
+    let lines: Vec<Value> = list.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 131);
+    let skipped = lines.iter().filter(|l| l["outcome"] == "skipped");
+    assert!(skipped
+        .clone()
+        .all(|l| l["reason"].as_str().unwrap().contains("a directory")));
+    assert_eq!(skipped.count(), 130);
+    assert_eq!(fetched_names(&run_dir, &details, &host), ["a.json"]);
 }

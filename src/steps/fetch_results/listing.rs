@@ -2,12 +2,14 @@
 //! name, resolved directory, link target, size, modification time, mode, sha256) as
 //! NUL-separated fields, read back here into a [`Listing`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
-use super::names::{escape, natural_key, quote_glob, static_prefix};
+use super::names::{escape, escaped, natural_cmp, quote_glob, static_prefix};
 use crate::config::template::shell_quote;
 use crate::events::Stream;
 use crate::steps::HostCtx;
@@ -19,6 +21,9 @@ use crate::transport::Output;
 /// computed here as they stream is recorded.
 pub(super) const HOST_HASH_LIMIT: u64 = 64 << 20;
 
+/// A sha256, as bytes: a listing holds one per file.
+pub(super) type Sum = [u8; 32];
+
 /// What the host said about one match of the glob.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Entry {
@@ -29,7 +34,8 @@ pub(super) struct Entry {
     /// Where a symbolic link resolves to (`readlink -f`); empty for other kinds.
     pub(super) target: Vec<u8>,
     /// The entry's directory with every link resolved (`pwd -P`); empty when it cannot be entered.
-    pub(super) real_dir: Vec<u8>,
+    /// Shared by the entries of one directory.
+    pub(super) real_dir: Arc<[u8]>,
     pub(super) size: Option<u64>,
     /// Modification time, whole Unix seconds.
     pub(super) modified: Option<u64>,
@@ -37,7 +43,7 @@ pub(super) struct Entry {
     /// (see `receive::local_mode`).
     pub(super) mode: Option<u32>,
     /// Listed for files up to [`HOST_HASH_LIMIT`].
-    pub(super) sha256: Option<String>,
+    pub(super) sha256: Option<Sum>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,13 +98,12 @@ pub(super) async fn list(ctx: &HostCtx, pattern: &str, follow: bool) -> Result<L
             String::from_utf8_lossy(&stderr).trim()
         );
     }
-    let raw =
-        listing_bytes(&stdout).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
-    let mut listing =
-        parse_listing(raw).with_context(|| format!("cannot read the file list from {}", ctx.host))?;
-    listing
-        .entries
-        .sort_by_cached_key(|e| natural_key(&escape(&e.path)));
+    let cannot = || format!("cannot read the file list from {}", ctx.host);
+    let mut listing = parse_listing(listing_bytes(&stdout).with_context(cannot)?).with_context(cannot)?;
+    // What the host printed is read: let it go before sorting, which is the step's peak.
+    drop((stdout, stderr));
+    // Names compared as shown; most need no escaping, so nothing is copied.
+    (listing.entries).sort_by(|a, b| natural_cmp(&escaped(&a.path), &escaped(&b.path)));
     Ok(listing)
 }
 
@@ -202,18 +207,18 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
             readable,
             path,
             target: Vec::new(),
-            real_dir: Vec::new(),
+            real_dir: Arc::from(&[][..]),
             size: known.then_some(size),
             modified: modified.filter(|_| known),
             mode: Some(mode).filter(|_| known),
             sha256: None,
         });
     }
-    let mut real_dirs = HashMap::new();
+    let mut real_dirs: HashMap<&[u8], Arc<[u8]>> = HashMap::new();
     loop {
         let dir = field(&mut fields)?;
         let Some(dir) = dir.strip_prefix(b"d") else { break };
-        real_dirs.insert(dir, field(&mut fields)?);
+        real_dirs.insert(dir, Arc::from(field(&mut fields)?));
     }
     let mut targets = HashMap::new();
     loop {
@@ -234,9 +239,11 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
         let mode = octal_mode(field(&mut fields)?)?;
         followed.insert(field(&mut fields)?, (size, modified, mode));
     }
-    let mut sums: HashMap<Vec<u8>, String> = fields.filter_map(parse_sum_line).collect();
+    let mut sums: HashMap<Cow<[u8]>, Sum> = fields.filter_map(parse_sum_line).collect();
     for (entry, dir) in entries.iter_mut().zip(dirs) {
-        entry.real_dir = real_dirs.get(dir).map(|d| d.to_vec()).unwrap_or_default();
+        if let Some(real_dir) = real_dirs.get(dir) {
+            entry.real_dir = real_dir.clone();
+        }
         entry.target = targets
             .get(&entry.path[..])
             .map(|t| t.to_vec())
@@ -244,8 +251,9 @@ fn parse_listing(raw: &[u8]) -> Result<Listing> {
         if let Some(&(size, modified, mode)) = followed.get(&entry.path[..]) {
             (entry.size, entry.modified, entry.mode) = (Some(size), modified, Some(mode));
         }
-        entry.sha256 = sums.remove(&entry.path);
+        entry.sha256 = sums.remove(&entry.path[..]);
     }
+    entries.shrink_to_fit();
     Ok(Listing {
         base,
         has_sha256,
@@ -279,19 +287,19 @@ fn kind(tag: &[u8]) -> Result<Kind> {
 }
 
 /// One `sha256sum` line: `HASH  NAME`, or `\HASH  NAME` with `\\`, `\n` and `\r` escaped in NAME.
-fn parse_sum_line(line: &[u8]) -> Option<(Vec<u8>, String)> {
+fn parse_sum_line(line: &[u8]) -> Option<(Cow<'_, [u8]>, Sum)> {
     let (escaped, line) = match line.strip_prefix(b"\\") {
         Some(rest) => (true, rest),
         None => (false, line),
     };
-    let hash = std::str::from_utf8(line.get(..64)?).ok()?;
+    let mut hash = [0u8; 32];
+    hex::decode_to_slice(line.get(..64)?, &mut hash).ok()?;
     let name = line.get(66..)?;
-    let name = if escaped {
-        unescape_sum(name)
-    } else {
-        name.to_vec()
+    let name = match escaped {
+        true => Cow::Owned(unescape_sum(name)),
+        false => Cow::Borrowed(name),
     };
-    Some((name, hash.to_ascii_lowercase()))
+    Some((name, hash))
 }
 
 fn unescape_sum(name: &[u8]) -> Vec<u8> {
@@ -319,7 +327,7 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
 
-    use sha2::{Digest, Sha256};
+    use sha2::Digest;
 
     use super::*;
 
@@ -327,15 +335,10 @@ mod tests {
     fn checksum_lines_are_read_escaped_or_not() {
         let hash = "ab".repeat(32);
         let plain = format!("{hash}  /r/a b.json");
-        assert_eq!(
-            parse_sum_line(plain.as_bytes()),
-            Some((b"/r/a b.json".to_vec(), hash.clone()))
-        );
-        let escaped = format!("\\{hash}  /r/a\\nb\\\\c");
-        assert_eq!(
-            parse_sum_line(escaped.as_bytes()),
-            Some((b"/r/a\nb\\c".to_vec(), hash))
-        );
+        let read = |line: &str| parse_sum_line(line.as_bytes()).map(|(name, sum)| (name.to_vec(), sum));
+        assert_eq!(read(&plain), Some((b"/r/a b.json".to_vec(), [0xab; 32])));
+        let escaped = format!("\\{}  /r/a\\nb\\\\c", hash.to_uppercase());
+        assert_eq!(read(&escaped), Some((b"/r/a\nb\\c".to_vec(), [0xab; 32])));
         assert_eq!(parse_sum_line(b"garbage"), None);
     }
 
@@ -374,10 +377,7 @@ mod tests {
             };
             let a = by_name(b"a.json");
             assert_eq!((a.kind, a.size, a.mode), (Kind::File, Some(2), Some(0o4751)));
-            assert_eq!(
-                a.sha256.as_deref(),
-                Some(hex::encode(Sha256::digest(b"{}")).as_str())
-            );
+            assert_eq!(a.sha256, Some(sha2::Sha256::digest(b"{}").into()));
             let odd = by_name(b"n\nl\xff.json");
             assert_eq!((odd.kind, odd.size), (Kind::File, Some(1)));
             assert!(odd.sha256.is_some(), "a newline in a name loses its checksum");

@@ -5,30 +5,28 @@
 //! listing. A file that cannot be fetched is listed with why and the others are still fetched;
 //! links are followed only when asked, and only inside the glob's directory (`verdict.rs`); names
 //! are escaped (`names.rs`). JSON result files become records (`records.rs`; a `vllm bench serve
-//! --save-result` file works unchanged).
+//! --save-result` file works unchanged). What became of each match goes to a list file as it is
+//! known (`report.rs`), so that what stays in memory per file is the listing alone.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde_json::{json, Value as Json};
+use serde_json::json;
 
 mod listing;
 mod names;
 mod receive;
 mod records;
+mod report;
 mod verdict;
 
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::fetch_results::FetchResultsPlan;
-use crate::events::{Event, Stream};
 use crate::plan::PlannedStep;
 use listing::{list, Entry, Listing};
-use names::{anchored, escape, local_name, static_prefix};
+use names::{anchored, local_name, static_prefix};
+use report::Report;
 use verdict::{verdict, Verdict};
-
-/// Failures named in the step's error; the rest are in its details.
-const FAILURES_SHOWN: usize = 5;
 
 pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan) -> Result<StepOutcome> {
     let pattern = anchored(&ctx.resolve(&plan.src));
@@ -44,149 +42,67 @@ pub async fn run(ctx: &mut HostCtx, step: &PlannedStep, plan: &FetchResultsPlan)
                 "no file on {} matches {pattern} (did the command write its results there?)",
                 ctx.host
             ),
-            json!({ "src": pattern, "files": [] }),
+            json!({ "src": pattern, "fetched": 0 }),
         ));
     }
     // hosts/<host>/fetched/, or hosts/<host>/<variant>/fetched/ for a server variant.
     let dest_root = ctx.variant_dir().join("fetched");
-    let mut report = Report::default();
-    let wanted = classify(
+    let mut report = Report::create(ctx, step)?;
+    let (verdicts, wanted) = classify(
         ctx,
         step,
         &listing,
         &static_prefix(&pattern),
         plan.follow_symlinks,
-        &mut report,
     );
     let results = receive::fetch_all(&ctx.transport, &wanted, &dest_root, tar.ok()).await;
-    for ((entry, rel), result) in wanted.iter().zip(results) {
+    // Every match in listing order: the fetched ones with their results, in the order asked.
+    let mut fetched = wanted.iter().zip(results);
+    for (entry, verdict) in listing.entries.iter().zip(verdicts) {
+        if verdict != Verdict::Fetch {
+            report.note(entry, verdict);
+            continue;
+        }
+        let Some(((entry, rel), result)) = fetched.next() else {
+            break;
+        };
         match result {
-            Ok(fetched) => report.fetched(ctx, step, plan.records, entry, rel, fetched),
-            Err(e) => report.note(ctx, step, entry, Verdict::Fail(format!("{e:#}"))),
+            Ok(file) => {
+                let local = dest_root.join(rel);
+                report.fetched(ctx, step, plan.records, (entry, rel, &local), file);
+            }
+            Err(e) => {
+                let failed = Verdict::Fail(format!("{e:#}"));
+                Report::say(ctx, step, entry, &failed);
+                report.note(entry, failed);
+            }
         }
     }
     Ok(report.outcome(ctx, &pattern))
 }
 
-/// The entries to fetch with their local names; the others go to the report with why.
+/// Each entry's verdict, in listing order (said on the live display when it is not fetched),
+/// and the entries to fetch with their local names.
 fn classify<'a>(
     ctx: &HostCtx,
     step: &PlannedStep,
     listing: &'a Listing,
     base: &Path,
     follow: bool,
-    report: &mut Report,
-) -> Vec<(&'a Entry, PathBuf)> {
+) -> (Vec<Verdict>, Vec<(&'a Entry, PathBuf)>) {
     let mut wanted = Vec::new();
-    for entry in &listing.entries {
-        let verdict = match verdict(entry, listing, follow) {
-            Verdict::Fetch => local_name(&entry.path, base).map_or_else(Verdict::Fail, |rel| {
-                wanted.push((entry, rel));
-                Verdict::Fetch
-            }),
-            other => other,
-        };
-        report.note(ctx, step, entry, verdict);
-    }
-    wanted
-}
-
-/// What the step reports: files fetched, skipped and failed, in listing order.
-#[derive(Default)]
-struct Report {
-    files: Vec<Json>,
-    skipped: Vec<Json>,
-    failed: Vec<Json>,
-    /// Failures as `name (reason)`, for the step's error.
-    failures: Vec<String>,
-}
-
-impl Report {
-    /// Records a file that is not fetched (skipped or failed) and says so on the live display.
-    fn note(&mut self, ctx: &HostCtx, step: &PlannedStep, entry: &Entry, verdict: Verdict) {
-        let remote = escape(&entry.path);
-        let (list, word, reason) = match verdict {
-            Verdict::Fetch => return,
-            Verdict::Skip(reason) => (&mut self.skipped, "skipped", reason),
-            Verdict::Fail(reason) => {
-                self.failures.push(format!("{remote} ({reason})"));
-                (&mut self.failed, "not fetched", reason)
-            }
-        };
-        list.push(json!({ "remote": remote, "reason": reason }));
-        ctx.emit(Event::Output {
-            host: ctx.host.clone(),
-            label: step.name.clone(),
-            stream: Stream::Stderr,
-            line: format!("{word}: {remote}: {reason}"),
-        });
-    }
-
-    fn fetched(
-        &mut self,
-        ctx: &HostCtx,
-        step: &PlannedStep,
-        records: bool,
-        entry: &Entry,
-        rel: &Path,
-        file: receive::Fetched,
-    ) {
-        let count = if records {
-            records::from_fetched(ctx, step, rel, &file.local, file.bytes)
-        } else {
-            0
-        };
-        let remote = escape(&entry.path);
-        let mut item = json!({
-            "remote": remote,
-            "local": file.local.strip_prefix(&ctx.run_dir).unwrap_or(&file.local).display().to_string(),
-            "bytes": file.bytes,
-            "sha256": file.sha256,
-            "records": count,
-            // What the received bytes were checked against (see HOST_HASH_LIMIT).
-            "verified": if entry.sha256.is_some() { "sha256 from the host" } else { "size and modification time" },
-        });
-        if remote.as_bytes() != entry.path {
-            item["escaped"] = json!(true);
-        }
-        self.files.push(item);
-    }
-
-    /// Ok when every file that should have been fetched was; failed (after fetching the rest)
-    /// otherwise, naming the files and why.
-    fn outcome(self, ctx: &HostCtx, pattern: &str) -> StepOutcome {
-        let details = json!({
-            "src": pattern, "files": self.files, "skipped": self.skipped, "failed": self.failed,
-        });
-        let (fetched, skipped) = (self.files.len(), self.skipped.len());
-        if self.failures.is_empty() && fetched > 0 {
-            return StepOutcome::ok(details);
-        }
-        let mut error = if self.failures.is_empty() {
-            format!(
-                "nothing fetched from {}: the {skipped} matches of {pattern} were all skipped",
-                ctx.host
-            )
-        } else {
-            format!(
-                "{} of the files matching {pattern} on {} could not be fetched: {}",
-                self.failures.len(),
-                ctx.host,
-                self.failures[..self.failures.len().min(FAILURES_SHOWN)].join("; ")
-            )
-        };
-        if self.failures.len() > FAILURES_SHOWN {
-            let _ = write!(
-                error,
-                "; {} more in run.json",
-                self.failures.len() - FAILURES_SHOWN
-            );
-        }
-        let _ = write!(
-            error,
-            " — {fetched} fetched into hosts/{}/fetched/, {skipped} skipped",
-            ctx.host
-        );
-        StepOutcome::failed(error, details)
-    }
+    let verdicts = (listing.entries.iter())
+        .map(|entry| {
+            let verdict = match verdict(entry, listing, follow) {
+                Verdict::Fetch => local_name(&entry.path, base).map_or_else(Verdict::Fail, |rel| {
+                    wanted.push((entry, rel));
+                    Verdict::Fetch
+                }),
+                other => other,
+            };
+            Report::say(ctx, step, entry, &verdict);
+            verdict
+        })
+        .collect();
+    (verdicts, wanted)
 }

@@ -2,6 +2,8 @@
 //! byte string escaped for display; the local name a fetched file gets (escaped, never outside);
 //! the natural order the matches are listed in.
 
+use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
@@ -97,6 +99,19 @@ pub(super) fn local_name(remote: &[u8], base: &Path) -> Result<PathBuf, String> 
 /// Shows any byte string safely and reversibly: printable UTF-8 is kept; `%`, control characters
 /// (newline included) and bytes that are not UTF-8 become `%XX`. Distinct names stay distinct.
 pub(super) fn escape(bytes: &[u8]) -> String {
+    escaped(bytes).into_owned()
+}
+
+/// [`escape`], borrowing the name when it needs no escaping (most do not): for comparing many
+/// names without a copy of each.
+pub(super) fn escaped(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.contains(|c: char| c == '%' || c.is_control()) => Cow::Borrowed(text),
+        _ => Cow::Owned(escape_all(bytes)),
+    }
+}
+
+fn escape_all(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
@@ -118,22 +133,29 @@ fn push_hex(out: &mut String, byte: u8) {
     let _ = write!(out, "%{byte:02X}");
 }
 
-/// Orders `c4.json` before `c16.json`: digit runs compare as numbers.
-pub(super) fn natural_key(text: &str) -> Vec<(u64, String)> {
-    let mut key = Vec::new();
+/// Orders `c4.json` before `c16.json`: digit runs compare as numbers. Compares part by part,
+/// copying nothing (a listing of many files is sorted with it).
+pub(super) fn natural_cmp(a: &str, b: &str) -> Ordering {
+    natural_parts(a).cmp(natural_parts(b))
+}
+
+/// A text's runs of digits, as `(number, "")`, and of other characters, as `(0, run)`.
+fn natural_parts(text: &str) -> impl Iterator<Item = (u64, &str)> {
     let mut rest = text;
-    while !rest.is_empty() {
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits > 0 {
-            key.push((rest[..digits].parse().unwrap_or(u64::MAX), String::new()));
-            rest = &rest[digits..];
+        let part = if digits > 0 {
+            (rest[..digits].parse().unwrap_or(u64::MAX), "")
         } else {
             let word = rest.len() - rest.trim_start_matches(|c: char| !c.is_ascii_digit()).len();
-            key.push((0, rest[..word].to_string()));
-            rest = &rest[word..];
-        }
-    }
-    key
+            (0, &rest[..word])
+        };
+        rest = &rest[digits.max(part.1.len())..];
+        Some(part)
+    })
 }
 
 #[cfg(test)]
@@ -154,9 +176,26 @@ mod tests {
 
     #[test]
     fn files_are_listed_in_natural_order() {
-        let mut names = vec!["r/c16.json", "r/c1.json", "r/c256.json", "r/c4.json"];
-        names.sort_by_cached_key(|n| natural_key(n));
-        assert_eq!(names, ["r/c1.json", "r/c4.json", "r/c16.json", "r/c256.json"]);
+        let mut names = vec![
+            "r/c16.json",
+            "r/c1.json",
+            "r/c256.json",
+            "r/c4.json",
+            "r/c",
+            "r/b9",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "r/b9",
+                "r/c",
+                "r/c1.json",
+                "r/c4.json",
+                "r/c16.json",
+                "r/c256.json"
+            ]
+        );
     }
 
     #[test]
@@ -182,5 +221,7 @@ mod tests {
         assert_eq!(escape(b"a\nb\tc\x7f"), "a%0Ab%09c%7F");
         assert_eq!(escape(b"\xff\xfe%"), "%FF%FE%25");
         assert_ne!(escape(b"%41"), escape(b"A"));
+        assert!(matches!(escaped("c16 ü.json".as_bytes()), Cow::Borrowed(_)));
+        assert_eq!(escaped(b"a\nb"), "a%0Ab");
     }
 }

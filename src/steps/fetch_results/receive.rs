@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use futures_util::StreamExt as _;
 use sha2::{Digest, Sha256};
 
-use super::listing::{Entry, Kind};
+use super::listing::{Entry, Kind, Sum};
 use crate::transport::{ManySink, Streamed, Tar, Transport};
 
 /// Files streamed one by one at once: small files overlap their round trips, big ones share the
@@ -37,11 +37,11 @@ const HASH_THREAD_FROM: u64 = 16 << 20;
 const HASH_BUFFER: usize = 1 << 20;
 const HASH_QUEUE: usize = 4;
 
-/// One file streamed to disk.
+/// One file streamed to disk (to its local name, as asked): what is kept of it until the step
+/// lists it.
 pub(super) struct Fetched {
-    pub local: PathBuf,
     pub bytes: u64,
-    pub sha256: String,
+    pub sha256: Sum,
 }
 
 /// Fetches every wanted file into `dest_root`; results in the order asked. `tar`, started
@@ -135,7 +135,8 @@ async fn fetch_batch(
     let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
     let mut sink = BatchSink {
         entries: &entries,
-        locals: indices.iter().map(|&i| dest_root.join(&wanted[i].1)).collect(),
+        rels: indices.iter().map(|&i| wanted[i].1.as_path()).collect(),
+        dest_root,
         data: Vec::with_capacity(BATCH_FILE_MAX as usize),
         made: None,
         results: (0..indices.len()).map(|_| None).collect(),
@@ -160,7 +161,9 @@ async fn fetch_batch(
 /// name as a streamed file is.
 struct BatchSink<'a> {
     entries: &'a [&'a Entry],
-    locals: Vec<PathBuf>,
+    /// Each file's name under `dest_root`.
+    rels: Vec<&'a Path>,
+    dest_root: &'a Path,
     data: Vec<u8>,
     /// The last folder made, so that a batch of files in one folder makes it once.
     made: Option<PathBuf>,
@@ -169,8 +172,8 @@ struct BatchSink<'a> {
 
 impl BatchSink<'_> {
     fn write(&mut self, index: usize, streamed: &Streamed) -> Result<Fetched> {
-        let local = &self.locals[index];
-        let sha256 = hex::encode(Sha256::digest(&self.data));
+        let local = &self.dest_root.join(self.rels[index]);
+        let sha256: Sum = Sha256::digest(&self.data).into();
         check_against_listing(self.entries[index], streamed, &sha256)?;
         let dir = local.parent().context("no folder to fetch into")?;
         if self.made.as_deref() != Some(dir) {
@@ -179,7 +182,6 @@ impl BatchSink<'_> {
         }
         put(local, &self.data, local_mode(self.entries[index]))?;
         Ok(Fetched {
-            local: local.clone(),
             bytes: streamed.bytes,
             sha256,
         })
@@ -316,7 +318,6 @@ impl Incoming {
             .with_context(|| format!("cannot write {}", local.display()))?;
         persist(tmp, &local)?;
         Ok(Fetched {
-            local,
             bytes: streamed.bytes,
             sha256,
         })
@@ -341,7 +342,7 @@ fn persist(tmp: tempfile::NamedTempFile, local: &Path) -> Result<()> {
 
 /// The received file is the one listed: same size, unchanged while read (its length and
 /// modification time after reading), and the host's checksum where it made one.
-fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &str) -> Result<()> {
+fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &Sum) -> Result<()> {
     let bytes = streamed.bytes;
     if let Some(size) = entry.size.filter(|&s| s != bytes) {
         bail!("received {bytes} bytes, the host listed {size} (was it still being written?)");
@@ -351,7 +352,7 @@ fn check_against_listing(entry: &Entry, streamed: &Streamed, sha256: &str) -> Re
     if grew || touched {
         bail!("it changed while it was being fetched (still being written?)");
     }
-    if entry.sha256.as_deref().is_some_and(|listed| listed != sha256) {
+    if entry.sha256.as_ref().is_some_and(|listed| listed != sha256) {
         bail!("its checksum differs from the one the host listed (was it changed while fetching?)");
     }
     Ok(())
@@ -401,7 +402,7 @@ impl Checksum {
         Ok(())
     }
 
-    fn finish(self) -> Result<String> {
+    fn finish(self) -> Result<Sum> {
         let hasher = match self {
             Checksum::Inline(hasher) => hasher,
             Checksum::Thread {
@@ -419,7 +420,7 @@ impl Checksum {
                     .map_err(|_| anyhow::anyhow!("the hashing thread panicked"))?
             }
         };
-        Ok(hex::encode(hasher.finalize()))
+        Ok(hasher.finalize().into())
     }
 }
 
@@ -433,11 +434,11 @@ mod tests {
             kind: Kind::File,
             readable: true,
             target: Vec::new(),
-            real_dir: Vec::new(),
+            real_dir: Vec::new().into(),
             size: Some(data.len() as u64),
             modified: Some(7),
             mode: Some(0o644),
-            sha256: Some(hex::encode(Sha256::digest(data))),
+            sha256: Some(Sha256::digest(data).into()),
         }
     }
 
@@ -475,7 +476,7 @@ mod tests {
         for piece in data.chunks(100_000) {
             threaded.update(piece).unwrap();
         }
-        assert_eq!(threaded.finish().unwrap(), hex::encode(Sha256::digest(&data)));
+        assert_eq!(threaded.finish().unwrap(), <Sum>::from(Sha256::digest(&data)));
     }
 
     #[test]
@@ -495,7 +496,12 @@ mod tests {
         let entries: Vec<&Entry> = entries.iter().collect();
         let mut sink = BatchSink {
             entries: &entries,
-            locals: vec![new.clone(), old.clone(), bad.clone()],
+            rels: vec![
+                Path::new("a/new.json"),
+                Path::new("old.json"),
+                Path::new("bad.json"),
+            ],
+            dest_root: dir.path(),
             data: Vec::new(),
             made: None,
             results: (0..3).map(|_| None).collect(),
@@ -510,7 +516,7 @@ mod tests {
         assert_eq!(std::fs::read(&old).unwrap(), b"[1]");
         assert_eq!(
             results[1].as_ref().unwrap().sha256,
-            hex::encode(Sha256::digest(b"[1]"))
+            <Sum>::from(Sha256::digest(b"[1]"))
         );
         let why = format!("{:#}", results[2].as_ref().err().unwrap());
         assert!(why.contains("checksum differs"), "{why}");

@@ -18,7 +18,7 @@ pub(super) enum Verdict {
 pub(super) fn verdict(entry: &Entry, listing: &Listing, follow: bool) -> Verdict {
     let base = escape(&listing.base);
     let target = escape(&entry.target);
-    let in_base = entry.real_dir == listing.base || inside(&entry.real_dir, &listing.base);
+    let in_base = *entry.real_dir == *listing.base || inside(&entry.real_dir, &listing.base);
     match entry.kind {
         _ if !in_base => Verdict::Skip(format!(
             "its directory resolves outside {base} (a link to a directory): never followed"
@@ -61,11 +61,11 @@ mod tests {
             kind,
             readable: true,
             target: target.to_vec(),
-            real_dir: b"/w/r".to_vec(),
+            real_dir: b"/w/r".as_slice().into(),
             size: Some(1),
             modified: None,
             mode: None,
-            sha256: Some("00".into()),
+            sha256: Some([0; 32]),
         }
     }
 
@@ -85,7 +85,7 @@ mod tests {
         assert!(is_skip(verdict(&outer, &listing, true)));
         assert!(is_skip(verdict(&sneaky, &listing, true)));
         let mut through_dir_link = entry(Kind::File, b"");
-        through_dir_link.real_dir = b"/etc".to_vec();
+        through_dir_link.real_dir = b"/etc".as_slice().into();
         assert!(is_skip(verdict(&through_dir_link, &listing, true)));
         let mut unreadable = entry(Kind::File, b"");
         unreadable.readable = false;
