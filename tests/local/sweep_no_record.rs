@@ -23,7 +23,8 @@ fn run(playbook: &str) -> (tempfile::TempDir, std::process::Output, PathBuf) {
 
 /// The `status` of each point's cell in the sweep's table (`show --format json`).
 fn json_statuses(run: &Path) -> Vec<String> {
-    let tables: Value = serde_json::from_str(&show(run, "json")).unwrap();
+    let output: Value = serde_json::from_str(&show(run, "json")).unwrap();
+    let tables = &output["tables"];
     let sweep = tables
         .as_array()
         .unwrap()
@@ -34,7 +35,7 @@ fn json_statuses(run: &Path) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|row| row[1]["status"].as_str().unwrap().to_string())
+        .map(|row| row["cells"][1]["status"].as_str().unwrap().to_string())
         .collect()
 }
 
