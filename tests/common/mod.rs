@@ -27,10 +27,14 @@ pub fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The rigrun binary under test.
+/// The rigrun binary under test. `{{ rigrun }}` sends this very binary to SSH hosts: the
+/// host-binaries folder (which tests/run.sh fills for the host_binary tier) is one with nothing
+/// in it, unless a test names another.
 pub fn rigrun() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rigrun"));
-    cmd.env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.env("NO_COLOR", "1")
+        .env("RIGRUN_HOST_BINARIES", "/nonexistent/rigrun-tests-host-binaries")
+        .stdin(Stdio::null());
     cmd
 }
 
