@@ -100,8 +100,6 @@ lease_up() {
 case $1 in
 lease) lease_up "$@"; finish "0 $boot";;
 close)
-  # Waits for live processes only: a group of zombies (where nothing reaps them) is ended.
-  live=alive
   for f in "$2"/*.pid; do
     [ -e "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
     j=${f%.pid}; [ -s "$j.rc" ] || stop interrupted
