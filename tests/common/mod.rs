@@ -372,6 +372,20 @@ impl Netns {
         }
     }
 
+    /// The namespace's processes that are not zombies.
+    pub fn live_pids(&self) -> Vec<String> {
+        let out = sh("ip", &["netns", "pids", &self.name]);
+        out.split_whitespace()
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // The state follows the command name's closing parenthesis.
+                let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+                matches!(state, Some(s) if s != 'Z' && s != 'X')
+            })
+            .map(String::from)
+            .collect()
+    }
+
     /// The processes in the namespace whose command line contains `needle`, as (pid, command).
     pub fn processes(&self, needle: &str) -> Vec<(String, String)> {
         let out = sh("ip", &["netns", "pids", &self.name]);
@@ -433,6 +447,15 @@ impl NetnsHosts {
             self.sshd[i].inventory_entry(&name, &self.key, &self.known_hosts, &workdir, extra[i])
         };
         format!("hosts:\n{}{}groups:\n  gpu: [h1, h2]\n", entry(0), entry(1))
+    }
+}
+
+/// Polls `ready` until it holds; fails naming `what` after `within`.
+pub fn wait_for(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -539,15 +562,21 @@ impl Sshd {
 
     /// The host in `netns` loses power: every process there is killed (SIGKILL: nothing is
     /// told, nothing cleans up). Files stay, as on a disk.
+    /// A process may fork between a listing and the kill of its parent, so the kill goes round
+    /// until the namespace holds nothing alive (zombies awaiting their reaper do not count).
     pub fn power_off(&mut self, netns: &Netns) {
         self.stop();
-        for (pid, _) in netns.processes("") {
-            let kill = Command::new("kill")
-                .args(["-9", &pid])
-                .stderr(Stdio::null())
-                .status();
-            let _ = kill;
-        }
+        wait_for(Duration::from_secs(30), "every process on the host to die", || {
+            let alive = netns.live_pids();
+            for pid in &alive {
+                let kill = Command::new("kill")
+                    .args(["-9", pid])
+                    .stderr(Stdio::null())
+                    .status();
+                let _ = kill;
+            }
+            alive.is_empty()
+        });
     }
 
     /// The host in `netns` boots again: sshd starts as configured, where the kernel's boot id

@@ -242,15 +242,6 @@ fn events(run_dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Polls `ready` until it holds; fails naming `what` after `within`.
-fn wait_for(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ready() {
-        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_killed_control_master_is_replaced_and_the_point_goes_on_from_where_it_was() {
     let host = Faulty::new("fault-master", 8, "0.3", "");
