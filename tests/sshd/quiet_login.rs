@@ -298,11 +298,16 @@ fn a_finished_run_leaves_no_process_on_the_host() {
         .next()
         .expect("a run's jobs folder");
     assert!(folder.path().join("h/done").exists(), "the host was not closed");
-    wait_for(
-        std::time::Duration::from_secs(30),
-        "the user's processes on the host to end",
-        || !host.user.has_processes(),
-    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while host.user.has_processes() {
+        let ps = || sh("ps", &["-u", &host.user.name, "-o", "pid,etimes,args"]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left on the host 30 s after the run:\n{}",
+            ps()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let left: Vec<_> = std::fs::read_dir(folder.path().join("h"))
         .unwrap()
         .flatten()
