@@ -26,6 +26,10 @@ pub struct RunInfo {
     pub seed: u64,
     pub input_len: u32,
     pub output_len: u32,
+    /// How the lengths were drawn per request (`uniform:ratio=0.5`, `normal:sd=200`); None when
+    /// every request asks the nominal length.
+    pub input_dist: Option<String>,
+    pub output_dist: Option<String>,
     /// Whether every request asks for `output_len` tokens (a prompts file may say otherwise).
     pub uniform_output: bool,
 }
@@ -197,6 +201,14 @@ impl Summary {
         m.insert("seed".into(), info.seed.into());
         m.insert("input_len".into(), info.input_len.into());
         m.insert("output_len".into(), info.output_len.into());
+        for (key, dist) in [
+            ("input_dist", &info.input_dist),
+            ("output_dist", &info.output_dist),
+        ] {
+            if let Some(dist) = dist {
+                m.insert(key.into(), dist.clone().into());
+            }
+        }
         m.insert("max_concurrency".into(), self.concurrency.into());
         m.insert("request_rate".into(), json!(self.rate));
         m.insert("num_prompts".into(), json!(self.num_prompts));

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::lengths::{Dist, Lengths};
 use super::rng::Rng;
 
 /// The token id catid's method repeats (the seeds' scripts use it).
@@ -80,8 +81,8 @@ pub struct WorkloadSpec {
     pub source: Source,
     pub api: Api,
     pub model: String,
-    pub input_len: u32,
-    pub output_len: u32,
+    /// Each request's prompt and output lengths (nominal, or drawn per request).
+    pub lengths: Lengths,
     pub token_id: u32,
     pub unique_prefix: bool,
     pub stream: bool,
@@ -115,7 +116,9 @@ impl Workload {
     pub fn new(spec: WorkloadSpec) -> Result<Self, String> {
         check(&spec)?;
         let mut workload = Workload { spec, shared: None };
-        if matches!(workload.spec.source, Source::Catid) && !workload.spec.unique_prefix {
+        let fixed = workload.spec.lengths.input_dist == Dist::Fixed
+            && workload.spec.lengths.output_dist == Dist::Fixed;
+        if matches!(workload.spec.source, Source::Catid) && !workload.spec.unique_prefix && fixed {
             workload.shared = Some(workload.build(0));
         }
         Ok(workload)
@@ -160,14 +163,15 @@ impl Workload {
 
     fn build(&self, index: u64) -> RequestSpec {
         let spec = &self.spec;
+        let (input_len, output_len) = spec.lengths.of(index);
         let (content, max_tokens) = match &spec.source {
-            Source::Catid => (self.catid_prompt(index), spec.output_len),
-            Source::Random => (self.random_prompt(index), spec.output_len),
+            Source::Catid => (self.catid_prompt(index, input_len), output_len),
+            Source::Random => (self.random_prompt(index, input_len), output_len),
             Source::File { prompts, .. } => {
                 let prompt = &prompts[(index % prompts.len() as u64) as usize];
                 (
                     self.prefixed(prompt.content.clone(), index),
-                    prompt.max_tokens.unwrap_or(spec.output_len),
+                    prompt.max_tokens.unwrap_or(output_len),
                 )
             }
         };
@@ -182,9 +186,9 @@ impl Workload {
         }
     }
 
-    fn catid_prompt(&self, index: u64) -> Content {
+    fn catid_prompt(&self, index: u64, len: u32) -> Content {
         let spec = &self.spec;
-        let len = spec.input_len as usize;
+        let len = len as usize;
         let content = match spec.api {
             Api::Completions => Content::Ids(vec![spec.token_id; len]),
             Api::Chat => Content::Text(CHAT_WORD.repeat(len)),
@@ -192,10 +196,10 @@ impl Workload {
         self.with_unique_start(content, index)
     }
 
-    fn random_prompt(&self, index: u64) -> Content {
+    fn random_prompt(&self, index: u64, len: u32) -> Content {
         let spec = &self.spec;
         let mut rng = Rng::for_item(spec.seed, index);
-        let len = spec.input_len as usize;
+        let len = len as usize;
         let content = match spec.api {
             Api::Completions => {
                 let span = u64::from(ID_RANGE.end - ID_RANGE.start);
@@ -273,6 +277,12 @@ fn check(spec: &WorkloadSpec) -> Result<(), String> {
     };
     if prompts.is_empty() {
         return Err(format!("--workload {path}: the file has no prompts"));
+    }
+    if let Some(dist) = spec.lengths.input_dist.label() {
+        return Err(format!(
+            "--workload {path}: the prompts come from the file, so their lengths cannot be drawn \
+             from {dist}; leave out --input-dist (and use --output-dist instead of --range-ratio)"
+        ));
     }
     let kind = |c: &Content| match c {
         Content::Ids(_) => "token ids",
@@ -433,8 +443,13 @@ mod tests {
             source,
             api,
             model: "m".into(),
-            input_len: 8,
-            output_len: 4,
+            lengths: Lengths {
+                input_len: 8,
+                input_dist: Dist::Fixed,
+                output_len: 4,
+                output_dist: Dist::Fixed,
+                seed: 1,
+            },
             token_id: DEFAULT_TOKEN_ID,
             unique_prefix,
             stream: true,

@@ -30,6 +30,8 @@ const PARAMETERS: &[&str] = &[
     "random_input_len",
     "random_output_len",
     "random_range_ratio",
+    "input_dist",
+    "output_dist",
     "num_prompts",
     "request_rate",
     "burstiness",

@@ -15,6 +15,7 @@ mod server_support;
 mod sim_support;
 
 mod bench_faults;
+mod bench_lengths;
 mod bench_sim;
 mod config_checks;
 mod config_errors;
