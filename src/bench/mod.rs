@@ -22,6 +22,7 @@ mod record;
 pub(crate) mod rng;
 mod sse;
 mod sys;
+mod turns;
 mod validity;
 mod workload;
 
@@ -92,6 +93,16 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", conflicts_with_all = ["input_dist", "output_dist"],
           value_parser = range_ratio)]
     pub range_ratio: Option<Dist>,
+    /// Turns per conversation: each turn's prompt is the conversation so far (every earlier
+    /// message and the server's reply) plus a new user message of --input-len, so a prefix cache
+    /// serves the history as in production; C then counts conversations in flight, and each
+    /// level measures 5 × C conversations (or --num-requests / N). Records carry TTFT per turn.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub turns: u32,
+    /// The pause between a reply and the conversation's next turn (e.g. 0.5s, 2s).
+    #[arg(long, value_name = "TIME", default_value = "0s", value_parser = think_time, requires = "turns")]
+    pub think_time: Duration,
     /// Measured requests per level (default: 5 × C).
     #[arg(long, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -152,6 +163,17 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A think time: seconds with a fraction (0.5, 0.5s) or a duration (500ms, 2m); zero allowed.
+fn think_time(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let seconds = text.strip_suffix('s').unwrap_or(text).parse::<f64>();
+    match seconds {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs)),
+        Ok(_) => Err(format!("`{text}` is not a duration of zero or more")),
+        Err(_) => Dur::parse(text).map(|Dur(d)| d),
+    }
+}
+
 fn range_ratio(text: &str) -> Result<Dist, String> {
     let ratio = text
         .parse::<f64>()
@@ -193,6 +215,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         token_id: args.token_id,
         unique_prefix: args.unique_prefix,
         stream,
+        turns: args.turns,
         seed,
         nonce: random_u64(),
     })
@@ -311,10 +334,20 @@ fn check_fits(args: &BenchArgs, max_model_len: Option<u64>) -> Result<(), Invali
         ),
         _ => (nominal, String::new()),
     };
+    // A conversation's last turn holds every earlier message and reply (one word a token).
+    let (total, turns) = match args.turns {
+        1 => (total, String::new()),
+        n => (total * u64::from(n), format!("--turns {n} × (")),
+    };
+    let close = if turns.is_empty() {
+        ""
+    } else {
+        ") by the last turn"
+    };
     match max_model_len {
-        Some(max) if token_prompts && total > max => Err(Invalid(format!(
-            "--input-len {} + --output-len {}{longest} = {total} tokens, more than the server's \
-             max_model_len {max}",
+        Some(max) if (token_prompts || args.turns > 1) && total > max => Err(Invalid(format!(
+            "{turns}--input-len {} + --output-len {}{longest}{close} = {total} tokens, more than \
+             the server's max_model_len {max}",
             args.input_len, args.output_len
         ))),
         _ => Ok(()),
@@ -354,6 +387,8 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
         output_len: args.output_len,
         input_dist: spec.lengths.input_dist.label(),
         output_dist: spec.lengths.output_dist.label(),
+        turns: args.turns,
+        think_time: args.think_time,
         uniform_output: !matches!(spec.source, Source::File { .. })
             && spec.lengths.output_dist == Dist::Fixed,
     }
@@ -363,8 +398,15 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
 fn intro(client: &Client, info: &RunInfo) -> String {
     let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
     let dist = |d: &Option<String>| d.as_ref().map_or(String::new(), |d| format!(" ({d})"));
+    let turns = match info.turns {
+        1 => String::new(),
+        n => format!(
+            ", conversations of {n} turns ({} s think time; C counts conversations)",
+            info.think_time.as_secs_f64()
+        ),
+    };
     format!(
-        "rigrun bench: {}, model {}, {} API, {}, workload {}, {}{} input / {}{} output tokens{note}",
+        "rigrun bench: {}, model {}, {} API, {}, workload {}, {}{} input / {}{} output tokens{turns}{note}",
         client.base(),
         info.model,
         info.api,
@@ -386,9 +428,11 @@ async fn run_level(
     seed: u64,
 ) -> Summary {
     let c = u64::from(concurrency);
+    let turns = u64::from(args.turns);
+    // Conversations (single requests unless multi-turn): 5 × C, or enough for --num-requests.
     let stop = match args.duration {
         Some(limit) => Stop::For(limit),
-        None => Stop::After(args.num_requests.unwrap_or(5 * c)),
+        None => Stop::After(args.num_requests.map_or(5 * c, |n| n.div_ceil(turns))),
     };
     let plan = LevelPlan {
         concurrency,
@@ -396,9 +440,11 @@ async fn run_level(
         stop,
         rate: args.request_rate,
         seed,
+        turns: args.turns,
+        think_time: args.think_time,
     };
     let measured = match stop {
-        Stop::After(n) => Some(n),
+        Stop::After(n) => Some(n * turns),
         Stop::For(_) => None,
     };
     let mut progress = LevelProgress::new(concurrency, plan.warmup, measured);

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::level::{LevelPlan, LevelResult, Stop};
 use super::metrics::{Counts, LatencyStats};
 use super::sys;
+use super::turns::{self, TurnSummary};
 use super::validity::{self, Evidence};
 
 /// The name in `backend`, so results say which client measured them.
@@ -30,6 +31,9 @@ pub struct RunInfo {
     /// every request asks the nominal length.
     pub input_dist: Option<String>,
     pub output_dist: Option<String>,
+    /// Turns per conversation (1: single requests) and the pause before each next turn.
+    pub turns: u32,
+    pub think_time: std::time::Duration,
     /// Whether every request asks for `output_len` tokens (a prompts file may say otherwise).
     pub uniform_output: bool,
 }
@@ -64,6 +68,8 @@ pub struct Summary {
     pub problems: Vec<String>,
     /// Completed requests that met every `--slo` limit, when goodput was asked for.
     pub good: Option<u64>,
+    /// Per turn of multi-turn conversations (empty for single requests).
+    pub per_turn: Vec<TurnSummary>,
 }
 
 impl Summary {
@@ -100,7 +106,7 @@ impl Summary {
             concurrency,
             rate: plan.rate,
             num_prompts: match plan.stop {
-                Stop::After(n) => Some(n),
+                Stop::After(n) => Some(n * u64::from(plan.turns)),
                 Stop::For(_) => None,
             },
             warmup: plan.warmup,
@@ -122,6 +128,10 @@ impl Summary {
             cores,
             max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
             good: c.good(),
+            per_turn: match plan.turns {
+                1 => Vec::new(),
+                _ => c.by_turn.summaries(),
+            },
         }
     }
 
@@ -170,6 +180,11 @@ impl Summary {
             ("queue", self.queue),
         ] {
             latency(&mut m, name, stats);
+        }
+        if info.turns > 1 {
+            m.insert("turns".into(), info.turns.into());
+            m.insert("think_time".into(), round(info.think_time.as_secs_f64(), 4));
+            m.insert("per_turn".into(), turns::record(&self.per_turn, round));
         }
         m.insert("client_cpu_percent".into(), round(self.cpu_percent, 1));
         m.insert("client_cores".into(), self.cores.into());

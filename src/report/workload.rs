@@ -32,6 +32,8 @@ const PARAMETERS: &[&str] = &[
     "random_range_ratio",
     "input_dist",
     "output_dist",
+    "turns",
+    "think_time",
     "num_prompts",
     "request_rate",
     "burstiness",
