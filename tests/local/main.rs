@@ -15,7 +15,9 @@ mod server_support;
 mod sim_support;
 
 mod bench_faults;
+mod bench_lengths;
 mod bench_sim;
+mod bench_turns;
 mod config_checks;
 mod config_errors;
 mod config_yaml;
