@@ -54,6 +54,8 @@ case $LOGIN in
 quiet)
   # A plain user whose login shell reads empty rc files: what a step costs shows undiluted.
   id "$QUIET_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$QUIET_USER"
+  # No password, yet not locked: sshd refuses a locked account (without PAM) even with a key.
+  usermod -p '*' "$QUIET_USER"
   home=$(getent passwd "$QUIET_USER" | cut -d: -f6)
   for rc in .bashrc .profile .bash_profile .bash_logout; do : > "$home/$rc"; done
   chown "$QUIET_USER:" "$home"/.bash*  "$home/.profile"
@@ -98,7 +100,8 @@ with open(f"{work}/steps.yaml", "w") as f:
     f.write("name: trivial-steps\nsteps:\n")
     f.write("".join(f"  - shell: {{name: step{i}, command: \"true\"}}\n" for i in range(steps)))
 with open(f"{work}/sweep.yaml", "w") as f:
-    f.write("name: trivial-sweep\nsteps:\n  - run-sweep:\n      command: \"true\"\n")
+    # A record per point (`echo` is a shell builtin): a sweep that measures nothing fails.
+    f.write("name: trivial-sweep\nsteps:\n  - run-sweep:\n      command: \"echo '{\\\"i\\\": {{ i }}}'\"\n")
     f.write("      matrix: {i: [%s]}\n" % ", ".join(str(i) for i in range(steps)))
 with open(f"{work}/deploy.py", "w") as f:
     f.write("from pyinfra.operations import server\n")
@@ -157,7 +160,9 @@ for r in $(seq "$REPEAT"); do
   echo "repeat $r of $REPEAT done (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 done
 
-versions="pyinfra $("$VENV/bin/pyinfra" --version 2>/dev/null | awk '{print $NF}'), $("$VENV/bin/ansible" --version 2>/dev/null | head -1)"
+# Read whole: Ansible exits 250 on the broken pipe a `head` would leave it.
+ansible_version=$("$VENV/bin/ansible" --version 2>/dev/null || true)
+versions="$("$VENV/bin/pyinfra" --version 2>/dev/null || true), ${ansible_version%%$'\n'*}"
 python3 - "$WORK/times" "$LOGIN" "$STEPS" "$REPEAT" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$versions" "${COLUMNS_[@]}" <<'PY'
 import statistics, sys
 path, login, steps, repeat, cores, load, versions, *columns = sys.argv[1:]

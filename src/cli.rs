@@ -185,7 +185,11 @@ again; done sweep points and steps with nothing to follow are not repeated;\n  \
 and say how many attempts the run took. A run that finished ok has nothing to do (exit 0).\n\n\
 Retries: a point whose command failed is failed, unless its step says `retries: N` (waits 1s, 2s, 4s, \
 ... at most 60s between attempts); a point whose host was lost (connection, reboot) is run again \
-once. Every attempt is recorded with its reason.";
+once. Every attempt is recorded with its reason.\n\n\
+The rigrun a host runs ({{ rigrun }} in a command): per host, the inventory's `rigrun_binary:`, \
+else $RIGRUN_HOST_BINARIES/<target triple>/rigrun (default ~/.cache/rigrun/host-binaries; \
+tools/host-binary.sh builds one for glibc 2.17 and later), else this very binary when it fits the \
+host (architecture, glibc). Sent compressed, once per content (see README, \"The rigrun a host runs\").";
 
 #[derive(Args, Debug)]
 pub struct RunsArgs {

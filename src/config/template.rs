@@ -95,6 +95,13 @@ fn charge_plan(state: &minijinja::State, bytes: usize) -> Result<(), String> {
 /// scripts kilobytes (`bench_throughput.py` is 34 kB).
 pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
 
+/// Shell that prints the sha256 of the file at `path` (already quoted or a `"$var"`) and its
+/// name, as `sha256sum` (GNU) or `shasum -a 256` (macOS, BSD) does; nothing when the host has
+/// neither, so that callers can add their own fallback after `||`.
+pub fn sha256_command(path: &str) -> String {
+    format!("sha256sum {path} 2>/dev/null || shasum -a 256 {path} 2>/dev/null")
+}
+
 /// Quotes `text` for a POSIX shell, leaving it bare when it holds only safe characters. A
 /// leading `~/` stays outside the quotes so that the shell still expands it to the home folder.
 /// (Not `shlex::try_quote`: it has no such rule, and it would quote words that need none, which

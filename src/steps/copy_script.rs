@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::{HostCtx, StepOutcome};
 use crate::config::steps::copy_script::{CopyScriptPlan, OnHostEdit};
-use crate::config::template::{render, shell_quote};
+use crate::config::template::{render, sha256_command, shell_quote};
 use crate::config::{HostVars, Quoting};
 use crate::events::Event;
 use crate::plan::PlannedStep;
@@ -173,9 +173,7 @@ fn upload_record(ctx: &HostCtx, dest: &str) -> String {
 /// The checksum of `dest` and the one noted in `record`, in one round trip.
 async fn host_state(ctx: &HostCtx, dest: &str, record: &str) -> Result<HostState> {
     let (q, r) = (shell_quote(dest), shell_quote(record));
-    let command = format!(
-        "if [ -f {q} ]; then sha256sum {q} 2>/dev/null || shasum -a 256 {q} 2>/dev/null || echo no-tool; else echo absent; fi; cat {r} 2>/dev/null || echo none"
-    );
+    let command = format!("{}; cat {r} 2>/dev/null || echo none", checksum_or_why(&q));
     let out = ctx.transport.output(&command).await?;
     let mut lines = out.lines().map(|l| l.split_whitespace().next().unwrap_or(""));
     let current = match lines.next().unwrap_or("") {
@@ -254,14 +252,20 @@ async fn upload_checked(ctx: &HostCtx, data: &[u8], dest: &str, mode: u32, sha25
     Ok(())
 }
 
+/// Shell printing the sha256 of the file at `quoted` first, else `no-tool` (neither
+/// `sha256sum` nor `shasum` there) or `absent` (no such file).
+fn checksum_or_why(quoted: &str) -> String {
+    format!(
+        "if [ -f {quoted} ]; then {} || echo no-tool; else echo absent; fi",
+        sha256_command(quoted)
+    )
+}
+
 /// The sha256 of a file on the host, None when it does not exist. Uses `sha256sum` or `shasum`
 /// there, and reads the file back when neither exists.
 pub async fn remote_sha256(ctx: &HostCtx, path: &str) -> Result<Option<String>> {
     let q = shell_quote(path);
-    let command = format!(
-        "if [ -f {q} ]; then sha256sum {q} 2>/dev/null || shasum -a 256 {q} 2>/dev/null || echo no-tool; else echo absent; fi"
-    );
-    let out = ctx.transport.output(&command).await?;
+    let out = ctx.transport.output(&checksum_or_why(&q)).await?;
     let first = out.split_whitespace().next().unwrap_or("");
     Ok(match first {
         "absent" => None,

@@ -31,9 +31,10 @@ pub fn probe(config: &Config, host: &str) -> Option<String> {
         return None;
     }
     let path = shell_path(&format!("{}/{REMOTE_RIGRUN}", spec.workdir()));
+    let sha256 = template::sha256_command("\"$f\"");
     Some(format!(
         "f={path}; if [ -f \"$f\" ]; then \
-         printf 'rigrun_sha256\\t%s\\n' \"$( (sha256sum \"$f\" 2>/dev/null || shasum -a 256 \"$f\" 2>/dev/null) | cut -d' ' -f1)\"; fi\n\
+         printf 'rigrun_sha256\\t%s\\n' \"$( ({sha256}) | cut -d' ' -f1)\"; fi\n\
          command -v gzip >/dev/null 2>&1 && printf 'rigrun_gzip\\tyes\\n'\n"
     ))
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use super::local_cache::{self, Known};
-use crate::config::template::shell_quote;
+use crate::config::template::{sha256_command, shell_quote};
 use crate::steps::HostCtx;
 use crate::transport::Source;
 
@@ -58,9 +58,10 @@ const INSTALLED: &str = "__rigrun_installed__";
 /// Unpacks, checks and renames in one round trip, then runs the binary once.
 async fn install(ctx: &HostCtx, tmp: &str, dest: &str, sha256: &str, unpack: &str) -> Result<()> {
     let (t, d) = (shell_quote(tmp), shell_quote(dest));
+    let sum = sha256_command(&t);
     let script = format!(
         "set -e; {unpack}; chmod 755 {t}; \
-         s=$( (sha256sum {t} 2>/dev/null || shasum -a 256 {t} 2>/dev/null) | cut -d' ' -f1); \
+         s=$( ({sum}) | cut -d' ' -f1); \
          if [ \"$s\" != {sha256} ]; then rm -f {t}; echo \"${{s:-no sha256sum or shasum there}}\"; exit {BAD_CHECKSUM}; fi; \
          mv -f {t} {d}; echo {INSTALLED}; {d} --version"
     );
