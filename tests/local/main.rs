@@ -37,6 +37,7 @@ mod resume;
 mod schema;
 mod server_dies;
 mod shipped_playbooks;
+mod sim_clients;
 mod sim_crash;
 mod sim_http;
 mod sim_model;
