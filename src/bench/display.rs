@@ -227,6 +227,7 @@ mod tests {
             max_rss_mb: 10.0,
             problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
             good: None,
+            cache: "warm",
         };
         let lines = row(&summary);
         let cells: Vec<&str> = lines[0].split_whitespace().collect();

@@ -60,6 +60,8 @@ pub struct Summary {
     pub problems: Vec<String>,
     /// Completed requests that met every `--slo` limit, when goodput was asked for.
     pub good: Option<u64>,
+    /// The prefix cache's state when measuring began: `reset` or `warm` (`cache` in the record).
+    pub cache: &'static str,
 }
 
 impl Summary {
@@ -92,6 +94,8 @@ impl Summary {
             cores_used,
             cores,
         };
+        let mut problems = validity::problems(&evidence);
+        problems.extend(result.cache.problem());
         Summary {
             concurrency,
             rate: plan.rate,
@@ -101,7 +105,7 @@ impl Summary {
             },
             warmup: plan.warmup,
             warmup_failed: result.warmup_failed,
-            problems: validity::problems(&evidence),
+            problems,
             counts: evidence.counts,
             duration: result.duration.as_secs_f64(),
             peak,
@@ -118,6 +122,7 @@ impl Summary {
             cores,
             max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
             good: c.good(),
+            cache: result.cache.name(),
         }
     }
 
@@ -201,6 +206,7 @@ impl Summary {
         m.insert("request_rate".into(), json!(self.rate));
         m.insert("num_prompts".into(), json!(self.num_prompts));
         m.insert("warmup".into(), self.warmup.into());
+        m.insert("cache".into(), self.cache.into());
     }
 
     /// Counts and throughputs.

@@ -14,6 +14,7 @@ mod server_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
+mod bench_cache;
 mod bench_faults;
 mod bench_sim;
 mod config_checks;
