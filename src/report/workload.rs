@@ -179,7 +179,10 @@ mod tests {
         let warm = record("bench", json!({"output_len": 32, "cache": "warm"}));
         let reset = record("bench --reset-cache", json!({"output_len": 32, "cache": "reset"}));
         let old = record("bench", json!({"output_len": 32}));
-        assert_eq!(differs((&warm, "r1"), (&reset, "r2")).unwrap(), "cache warm → reset");
+        assert_eq!(
+            differs((&warm, "r1"), (&reset, "r2")).unwrap(),
+            "cache warm → reset"
+        );
         assert_eq!(differs((&old, "r1"), (&warm, "r2")), None);
     }
 

@@ -327,6 +327,11 @@ mod tests {
             assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
             assert_eq!(counts.last(), Some(&1));
             assert!(text.contains("le=\"+Inf\"} 1\n"), "{text}");
+            let (samples, bad) = crate::telemetry::prometheus::parse(&text);
+            assert!(
+                bad.is_empty() && !samples.is_empty(),
+                "rigrun's own scraper reads it: {bad:?}"
+            );
         }
     }
 }
