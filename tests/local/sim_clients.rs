@@ -181,103 +181,130 @@ fn assert_cumulative(name: &str, h: &Histogram) {
     assert_eq!(h.buckets.last(), Some(&(f64::INFINITY, h.count)), "{name}");
 }
 
+/// One engine's histogram names, and the first bound of its TTFT buckets.
+struct EngineNames {
+    names: &'static str,
+    ttft: &'static str,
+    itl: &'static str,
+    e2e: &'static str,
+    prompt: &'static str,
+    generation: &'static str,
+    first_ttft_bound: f64,
+}
+
+const ENGINES: [EngineNames; 2] = [
+    EngineNames {
+        names: "vllm",
+        ttft: "vllm:time_to_first_token_seconds",
+        itl: "vllm:inter_token_latency_seconds",
+        e2e: "vllm:e2e_request_latency_seconds",
+        prompt: "vllm:request_prompt_tokens",
+        generation: "vllm:request_generation_tokens",
+        first_ttft_bound: 0.001,
+    },
+    EngineNames {
+        names: "sglang",
+        ttft: "sglang:time_to_first_token_seconds",
+        itl: "sglang:inter_token_latency_seconds",
+        e2e: "sglang:e2e_request_latency_seconds",
+        prompt: "sglang:prompt_tokens_histogram",
+        generation: "sglang:generation_tokens_histogram",
+        first_ttft_bound: 0.1,
+    },
+];
+
+/// `server` (a sum of times) against what the client measured: never more (the server's
+/// times start after the client sent and end before the client reads), and less by at most
+/// 20 ms per request and 5% (loopback and parsing, and on a loaded machine the client's
+/// scheduling); `Err` says by how much.
+fn under_by_little(name: &str, server: f64, client: f64, requests: f64) -> Result<(), String> {
+    assert!(
+        server <= client + 1e-6,
+        "{name}: server {server} > client {client}"
+    );
+    if client - server < 0.02 * requests + 0.05 * client {
+        Ok(())
+    } else {
+        Err(format!("{name}: server {server}, client {client}"))
+    }
+}
+
+/// Serves three streamed requests on a fresh sim under `engine`'s names and checks its
+/// histograms: counts and token sums exactly (panics), the times within tolerance (`Err`,
+/// as a loaded machine may delay this client).
+async fn check_histograms(engine: &EngineNames, profile: &std::path::Path) -> Result<(), String> {
+    let sim = Sim::start(profile.to_str().unwrap(), &["--metrics-names", engine.names]);
+    let mut measured = Vec::new();
+    for (i, max_tokens) in [3, 5, 8].into_iter().enumerate() {
+        measured.push(timed(&sim, &format!("request {i} of the histogram test"), max_tokens).await);
+    }
+    let (_, text) = sim.get("/metrics").await;
+    let all = parse_exposition(&text);
+    let read = |name| histogram(&all, name, "test/model");
+    let sum = |f: fn(&Measured) -> f64| measured.iter().map(f).sum::<f64>();
+    let n = measured.len() as f64;
+    let (ttft, e2e, itl) = (read(engine.ttft), read(engine.e2e), read(engine.itl));
+    assert_eq!(
+        ttft.buckets[0].0, engine.first_ttft_bound,
+        "{}: the engine's bounds",
+        engine.names
+    );
+    for (name, h) in [(engine.ttft, &ttft), (engine.e2e, &e2e), (engine.itl, &itl)] {
+        assert_cumulative(name, h);
+    }
+    assert_eq!((ttft.count, e2e.count), (n, n), "one per request");
+    assert_eq!(
+        itl.count,
+        sum(|m| m.completion_tokens - 1.0),
+        "{}: one per gap",
+        engine.itl
+    );
+    for (name, client) in [
+        (engine.prompt, sum(|m| m.prompt_tokens)),
+        (engine.generation, sum(|m| m.completion_tokens)),
+    ] {
+        let h = read(name);
+        assert_cumulative(name, &h);
+        assert_eq!((h.count, h.sum), (n, client), "{name}");
+    }
+    under_by_little(engine.ttft, ttft.sum, sum(|m| m.ttft), n)?;
+    under_by_little(engine.e2e, e2e.sum, sum(|m| m.e2e), n)?;
+    // Gaps between tokens: both ends shift alike, so either side may be a little longer.
+    let decode = sum(|m| m.decode);
+    if (itl.sum - decode).abs() >= 0.02 * n + 0.05 * decode {
+        return Err(format!("{}: server {}, client {decode}", engine.itl, itl.sum));
+    }
+    if engine.names == "vllm" {
+        let tpot = read("vllm:request_time_per_output_token_seconds");
+        assert_cumulative("tpot", &tpot);
+        let client: f64 = measured
+            .iter()
+            .map(|m| m.decode / (m.completion_tokens - 1.0))
+            .sum();
+        if (tpot.sum - client).abs() >= 0.005 * n + 0.05 * client {
+            return Err(format!("request TPOT: server {}, client {client}", tpot.sum));
+        }
+    }
+    Ok(())
+}
+
 /// `/metrics` serves each engine's latency histograms: counts are the requests served (the
 /// gaps between tokens for ITL), sums agree with what this client measured — the server's
 /// times start when it received a request and end at the step that made the token, so they
 /// lie a little under the client's — and buckets are cumulative, with the engines' bounds.
+/// The times are compared up to 3 times, as other processes can only delay the client.
 #[tokio::test]
 async fn metrics_histograms_agree_with_what_the_client_measured() {
-    // 20 ms steps, so that loopback HTTP (~1 ms) is small beside the times compared.
-    let profile = profile_yaml(65_536, 4096, 20.0, 100_000, 2048);
-    let cases = [
-        (
-            "vllm",
-            "vllm:time_to_first_token_seconds",
-            "vllm:inter_token_latency_seconds",
-            "vllm:e2e_request_latency_seconds",
-            "vllm:request_prompt_tokens",
-            "vllm:request_generation_tokens",
-            0.001,
-        ),
-        (
-            "sglang",
-            "sglang:time_to_first_token_seconds",
-            "sglang:inter_token_latency_seconds",
-            "sglang:e2e_request_latency_seconds",
-            "sglang:prompt_tokens_histogram",
-            "sglang:generation_tokens_histogram",
-            0.1,
-        ),
-    ];
-    for (names, ttft_name, itl_name, e2e_name, prompt_name, generation_name, first_ttft_bound) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.yaml");
-        std::fs::write(&path, &profile).unwrap();
-        let sim = Sim::start(path.to_str().unwrap(), &["--metrics-names", names]);
-        let mut measured = Vec::new();
-        for (i, max_tokens) in [5, 9, 12].into_iter().enumerate() {
-            measured.push(timed(&sim, &format!("request {i} of the histogram test"), max_tokens).await);
-        }
-        let (_, text) = sim.get("/metrics").await;
-        let all = parse_exposition(&text);
-        let read = |name| histogram(&all, name, "test/model");
-        let sum = |f: fn(&Measured) -> f64| measured.iter().map(f).sum::<f64>();
-        let n = measured.len() as f64;
-        let ttft = read(ttft_name);
-        assert_eq!(
-            ttft.buckets[0].0, first_ttft_bound,
-            "{names}: the engine's first bound"
-        );
-        for (name, h, client) in [
-            (ttft_name, &ttft, sum(|m| m.ttft)),
-            (e2e_name, &read(e2e_name), sum(|m| m.e2e)),
-        ] {
-            assert_cumulative(name, h);
-            assert_eq!(h.count, n, "{name}: one per request");
-            assert!(
-                h.sum <= client + 1e-6,
-                "{name}: server {} > client {client}",
-                h.sum
-            );
-            assert!(
-                client - h.sum < 0.005 * n + 0.05 * client,
-                "{name}: server {} client {client}",
-                h.sum
-            );
-        }
-        let itl = read(itl_name);
-        assert_cumulative(itl_name, &itl);
-        assert_eq!(
-            itl.count,
-            sum(|m| m.completion_tokens - 1.0),
-            "{itl_name}: one per gap"
-        );
-        let client_decode = sum(|m| m.decode);
-        assert!(
-            (itl.sum - client_decode).abs() < 0.005 * n + 0.05 * client_decode,
-            "{itl_name}: server {} client {client_decode}",
-            itl.sum
-        );
-        for (name, client) in [
-            (prompt_name, sum(|m| m.prompt_tokens)),
-            (generation_name, sum(|m| m.completion_tokens)),
-        ] {
-            let h = read(name);
-            assert_cumulative(name, &h);
-            assert_eq!((h.count, h.sum), (n, client), "{name}");
-        }
-        if names == "vllm" {
-            let tpot = read("vllm:request_time_per_output_token_seconds");
-            assert_cumulative("tpot", &tpot);
-            let client: f64 = measured
-                .iter()
-                .map(|m| m.decode / (m.completion_tokens - 1.0))
-                .sum();
-            assert!(
-                (tpot.sum - client).abs() < 0.001 * n + 0.05 * client,
-                "tpot {} vs {client}",
-                tpot.sum
-            );
+    // 100 ms steps, so that loopback HTTP (~1 ms, more on a loaded machine) is small beside the
+    // times compared: a token early or late by a step shows.
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.yaml");
+    std::fs::write(&profile, profile_yaml(65_536, 4096, 100.0, 100_000, 2048)).unwrap();
+    for engine in &ENGINES {
+        let mut misses = Vec::new();
+        while let Err(miss) = check_histograms(engine, &profile).await {
+            misses.push(miss);
+            assert!(misses.len() < 3, "{}: {misses:?}", engine.names);
         }
     }
 }
