@@ -3,12 +3,17 @@
 //! every record saying `"cache": "reset"` or `"warm"`.
 
 use crate::bench_support::*;
+use crate::sim_support::profile_yaml;
 
 /// Two levels of 1 warm-up and 5 measured catid requests of 64 tokens (4 blocks of 16, of
 /// which a repeat can reuse 3: 48 tokens), against a fresh sim under `names`: the records,
-/// and the prompt tokens the sim's prefix cache served.
+/// and the prompt tokens the sim's prefix cache served. Steps of 100 ms, so that a loaded
+/// machine's delays in the client do not make the levels invalid.
 fn run_two_levels(names: &str, reset: bool) -> (BenchRun, f64) {
-    let sim = Sim::start("tiny", &["--metrics-names", names]);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("slow.yaml");
+    std::fs::write(&profile, profile_yaml(65_536, 4096, 100.0, 100_000, 2048)).unwrap();
+    let sim = Sim::start(profile.to_str().unwrap(), &["--metrics-names", names]);
     let mut args = vec![
         "--concurrency",
         "1,1",
@@ -19,7 +24,7 @@ fn run_two_levels(names: &str, reset: bool) -> (BenchRun, f64) {
         "--input-len",
         "64",
         "--output-len",
-        "4",
+        "2",
     ];
     if reset {
         args.push("--reset-cache");
