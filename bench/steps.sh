@@ -1,128 +1,190 @@
 #!/usr/bin/env bash
-# What a step costs on the detached path (every point and shell command runs in its own session
-# on the host, output to files and live through tee, a lease renewed), against a raw `ssh` loop
-# through a ControlMaster on the same loopback sshd in the same run:
-#   1. trivial commands per second through one host (a sweep of $POINTS points of `true`, timed
-#      by the step's own seconds; raw: $POINTS `ssh -S master host true` one after another);
-#   2. a $STEPS-step playbook (`shell: true` each) on 1 and $FLEET hosts, whole runs (connect,
-#      facts, steps, close) against a loop per host that starts a master, runs $STEPS commands
-#      and stops it, the hosts' loops in parallel.
-# With BASELINE_REV=<git revision>, the same runs of rigrun built at that revision (e.g. the one
-# before detached jobs, whose commands ran attached to their channel) are measured beside.
+# What a trivial step costs, in one run, across the tools people would otherwise use: a
+# $STEPS-step playbook (`true` each) on 1, 2 and 16 hosts, whole runs (connect, steps,
+# disconnect), by
+#   - a raw `ssh` loop through a ControlMaster per host (start the master, $STEPS commands, stop
+#     it; the hosts' loops in parallel): the floor every tool pays on top of;
+#   - rigrun: $STEPS `shell:` steps, and a `run-sweep` of $STEPS points;
+#   - pyinfra 3 and Ansible (ansible-core), installed from PyPI into a venv of their own
+#     ($VENV, kept between runs), each with its defaults, all hosts in parallel.
+# Every host is the same loopback sshd (bench/lib/sshd.sh), reached as the user below, with
+# strict host keys. The runs are interleaved (repeat r of every tool and host count, then
+# repeat r+1), and the median of $REPEAT is printed with its ratio to the raw loop.
 #
-#   bench/steps.sh
-#   POINTS=100 FLEET=8 BASELINE_REV=fdf6cfb bench/steps.sh
+#   bench/steps.sh                    # LOGIN=quiet: a user whose rc files are empty
+#   LOGIN=slow bench/steps.sh         # root, whose .bashrc runs `pyenv init` (a slow login shell)
+#   HOSTS="1 2" REPEAT=3 TOOLS="raw rigrun" bench/steps.sh
+#   BASELINE_REV=<rev> bench/steps.sh # also rigrun built at that revision
 #
-# Needs sshd (apt-get install openssh-server) and python3. Prints a Markdown table (docs/bench.md
+# Needs root (LOGIN=quiet creates the user `rigrun-bench`), sshd (apt-get install
+# openssh-server), python3 with venv, and PyPI for the venv. Prints a Markdown table (docs/bench.md
 # keeps the last one measured); $WORK keeps the logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-POINTS=${POINTS:-200}
 STEPS=${STEPS:-20}
-FLEET=${FLEET:-16}
-REPEAT=${REPEAT:-3}
+HOSTS=${HOSTS:-"1 2 16"}
+REPEAT=${REPEAT:-5}
+LOGIN=${LOGIN:-quiet}
+TOOLS=${TOOLS:-"raw rigrun pyinfra ansible"}
+VENV=${VENV:-$HOME/.cache/rigrun/bench-venv}
 WORK=${WORK:-$(mktemp -d /tmp/rigrun-steps.XXXXXX)}
 TARGET=${CARGO_TARGET_DIR:-target}
+QUIET_USER=rigrun-bench
 
 cargo build --release --quiet
-BINS=("$TARGET/release/rigrun")
-NAMES=("rigrun")
+RIGRUNS=("$TARGET/release/rigrun")
 if [ -n "${BASELINE_REV:-}" ]; then
   base=$WORK/baseline-src
   git worktree add --detach -q "$base" "$BASELINE_REV"
   (cd "$base" && cargo build --release --quiet --target-dir "$WORK/baseline-target")
   git worktree remove --force "$base"   # the binary is all it was for
-  BINS+=("$WORK/baseline-target/release/rigrun")
-  NAMES+=("rigrun at $BASELINE_REV")
+  RIGRUNS+=("$WORK/baseline-target/release/rigrun")
 fi
 
-source bench/lib/sshd.sh
+case " $TOOLS " in *" pyinfra "*|*" ansible "*)
+  if [ ! -x "$VENV/bin/pyinfra" ] || [ ! -x "$VENV/bin/ansible-playbook" ]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet "pyinfra>=3,<4" "ansible-core>=2.16,<3"
+  fi;;
+esac
 
-{ echo "hosts:"; host_entry h1; } > "$WORK/one.yaml"
-{ echo "hosts:"; for i in $(seq "$FLEET"); do host_entry "h$i"; done; } > "$WORK/fleet.yaml"
-python3 - "$WORK" "$POINTS" "$STEPS" <<'PY'
+source bench/lib/sshd.sh
+case $LOGIN in
+quiet)
+  # A plain user whose login shell reads empty rc files: what a step costs shows undiluted.
+  id "$QUIET_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$QUIET_USER"
+  home=$(getent passwd "$QUIET_USER" | cut -d: -f6)
+  for rc in .bashrc .profile .bash_profile .bash_logout; do : > "$home/$rc"; done
+  chown "$QUIET_USER:" "$home"/.bash*  "$home/.profile"
+  # sshd reads the authorized key as that user.
+  chmod 755 "$WORK"; chmod 644 "$WORK/client_key.pub"
+  USER_NAME=$QUIET_USER
+  HOST_WORKDIR=$home/work;;
+slow) HOST_WORKDIR=$WORK/work;;
+*) echo "LOGIN must be quiet or slow, not $LOGIN" >&2; exit 2;;
+esac
+
+# The playbooks, inventories and deploy files for $n hosts (h1..hn).
+for n in $HOSTS; do
+  { echo "hosts:"; for i in $(seq "$n"); do host_entry "h$i"; done; } > "$WORK/hosts-$n.yaml"
+  {
+    echo "[bench]"
+    for i in $(seq "$n"); do
+      # Each host its own ControlMaster, as rigrun and the raw loop have (the default path is
+      # a hash of address, port and user, which every host here shares).
+      echo "h$i ansible_host=127.0.0.1 ansible_port=$PORT ansible_ssh_extra_args='-o ControlPath=$WORK/ans-%C-h$i'"
+    done
+    echo "[bench:vars]"
+    echo "ansible_user=$USER_NAME"
+    echo "ansible_ssh_private_key_file=$WORK/client_key"
+    echo "ansible_ssh_common_args='-o UserKnownHostsFile=$WORK/known_hosts -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes'"
+    echo "ansible_python_interpreter=/usr/bin/python3"
+  } > "$WORK/ansible-$n.ini"
+  python3 - "$WORK/pyinfra-$n.py" "$n" "$PORT" "$USER_NAME" "$WORK" <<'PY'
 import sys
-work, points, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, n, port, user, work = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+data = {"ssh_hostname": "127.0.0.1", "ssh_port": int(port), "ssh_user": user,
+        "ssh_key": f"{work}/client_key", "ssh_known_hosts_file": f"{work}/known_hosts",
+        "ssh_strict_host_key_checking": "yes"}
+with open(path, "w") as f:
+    f.write(f"hosts = [(f'h{{i}}', {data!r}) for i in range(1, {n} + 1)]\n")
+PY
+done
+python3 - "$WORK" "$STEPS" <<'PY'
+import sys
+work, steps = sys.argv[1], int(sys.argv[2])
+with open(f"{work}/steps.yaml", "w") as f:
+    f.write("name: trivial-steps\nsteps:\n")
+    f.write("".join(f"  - shell: {{name: step{i}, command: \"true\"}}\n" for i in range(steps)))
 with open(f"{work}/sweep.yaml", "w") as f:
     f.write("name: trivial-sweep\nsteps:\n  - run-sweep:\n      command: \"true\"\n")
-    f.write("      matrix: {i: [%s]}\n" % ", ".join(str(i) for i in range(points)))
-with open(f"{work}/steps.yaml", "w") as f:
-    f.write("name: twenty-steps\nsteps:\n")
-    f.write("".join("  - shell: {name: step%d, command: \"true\"}\n" % i for i in range(steps)))
+    f.write("      matrix: {i: [%s]}\n" % ", ".join(str(i) for i in range(steps)))
+with open(f"{work}/deploy.py", "w") as f:
+    f.write("from pyinfra.operations import server\n")
+    f.write(f"for i in range({steps}):\n    server.shell(name=f'step{{i}}', commands=['true'])\n")
+with open(f"{work}/play.yml", "w") as f:
+    f.write("- hosts: bench\n  tasks:\n")
+    f.write("".join(f"    - name: step{i}\n      ansible.builtin.command: \"true\"\n" for i in range(steps)))
 PY
-
-# Seconds of the last run's sweep step, from its journal.
-sweep_seconds() {
-  cat "$WORK"/runs/[0-9]*/events.jsonl | python3 -c '
-import json, sys
-print(next(e["seconds"] for e in map(json.loads, sys.stdin) if e["event"] == "step_finished"))'
-}
-
-# Runs "$@" $REPEAT times; prints the fastest wall time in seconds (or, with STEP=1, the
-# fastest sweep step as the journal timed it).
-best() {
-  local best="" t
-  for _ in $(seq "$REPEAT"); do
-    rm -rf "$WORK/runs"
-    local start=$(date +%s.%N)
-    # A failed run is a result too (printed as such), not the end of the benchmark.
-    if ! "$@" >"$WORK/last.log" 2>&1; then
-      echo "failed: $* $(tail -3 "$WORK/last.log")" >&2
-      echo nan
-      return
-    fi
-    t=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
-    [ "${STEP:-0}" = 1 ] && t=$(sweep_seconds)
-    if [ -z "$best" ] || python3 -c "import sys; sys.exit(not $t < $best)"; then best=$t; fi
-  done
-  echo "$best"
-}
 
 ssh_to() { ssh -p "$PORT" "${SSH_OPTS[@]}" -S "$WORK/ctl-$1" "$USER_NAME@127.0.0.1" "${@:2}"; }
 master() { ssh -p "$PORT" "${SSH_OPTS[@]}" -M -S "$WORK/ctl-$1" -f -N -o ControlPersist=60 "$USER_NAME@127.0.0.1"; }
-# One host's raw loop: a master, $2 commands through it, the master stopped.
 raw_loop() {
   master "$1"
-  for _ in $(seq "$2"); do ssh_to "$1" true; done
+  for _ in $(seq "$STEPS"); do ssh_to "$1" true; done
   ssh_to "$1" -O exit 2>/dev/null
 }
-raw_fleet() {
+raw() {
   local pids=()
-  for i in $(seq "$1"); do raw_loop "f$i" "$STEPS" & pids+=($!); done
+  for i in $(seq "$1"); do raw_loop "h$i" & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p"; done
 }
-raw_commands() { for _ in $(seq "$POINTS"); do ssh_to cmd true; done; }
+rigrun_with() { "$1" run "$2" -i "$WORK/hosts-$3.yaml" --runs-dir "$WORK/runs" -q; }
+rigrun() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "$1"; }
+rigrun_sweep() { rigrun_with "${RIGRUNS[0]}" "$WORK/sweep.yaml" "$1"; }
+rigrun_baseline() { rigrun_with "${RIGRUNS[1]}" "$WORK/steps.yaml" "$1"; }
+pyinfra() { "$VENV/bin/pyinfra" -y "$WORK/pyinfra-$1.py" "$WORK/deploy.py"; }
+ansible() {
+  ANSIBLE_HOST_KEY_CHECKING=True ANSIBLE_FORKS=$1 ANSIBLE_LOCAL_TEMP=$WORK/ansible-tmp \
+    "$VENV/bin/ansible-playbook" -i "$WORK/ansible-$1.ini" "$WORK/play.yml"
+}
 
-master cmd
-RAW_CMD=$(best raw_commands)
-ssh_to cmd -O exit 2>/dev/null
-RAW_ONE=$(best raw_loop one "$STEPS")
-RAW_FLEET=$(best raw_fleet "$FLEET")
-
-rows=()
-for n in "${!BINS[@]}"; do
-  bin=${BINS[$n]}
-  run() { "$bin" run "$1" -i "$2" --runs-dir "$WORK/runs" -q; }
-  sweep=$(STEP=1 best run "$WORK/sweep.yaml" "$WORK/one.yaml")
-  one=$(best run "$WORK/steps.yaml" "$WORK/one.yaml")
-  fleet=$(best run "$WORK/steps.yaml" "$WORK/fleet.yaml")
-  rows+=("${NAMES[$n]}|$sweep|$one|$fleet")
+COLUMNS_=()
+for t in $TOOLS; do
+  COLUMNS_+=("$t")
+  [ "$t" = rigrun ] && COLUMNS_+=(rigrun_sweep)
+  [ "$t" = rigrun ] && [ ${#RIGRUNS[@]} -gt 1 ] && COLUMNS_+=(rigrun_baseline)
 done
 
-python3 - "$POINTS" "$STEPS" "$FLEET" "$(nproc)" "$RAW_CMD" "$RAW_ONE" "$RAW_FLEET" "${rows[@]}" <<'PY'
-import sys
-points, steps, fleet, cores = map(int, sys.argv[1:5])
-raw_cmd, raw_one, raw_fleet = map(float, sys.argv[5:8])
-print(f"| | {points} trivial commands, 1 host: commands/s | {steps}-step playbook, 1 host: s | {steps} steps × {fleet} hosts: s |")
-print("|---|---|---|---|")
-print(f"| raw `ssh` through a ControlMaster | {points / raw_cmd:.0f} | {raw_one:.2f} | {raw_fleet:.2f} |")
-for row in sys.argv[8:]:
-    name, sweep, one, fleet_s = row.split("|")
-    sweep, one, fleet_s = float(sweep), float(one), float(fleet_s)
-    cell = lambda text, t: "failed (see the log)" if t != t else text
-    print(f"| {name} | {cell(f'{points / sweep:.0f} (×{sweep / raw_cmd:.2f} the raw time)', sweep)} "
-          f"| {cell(f'{one:.2f} (×{one / raw_one:.2f})', one)} | {cell(f'{fleet_s:.2f} (×{fleet_s / raw_fleet:.2f})', fleet_s)} |")
-print(f"\n{cores} cores shared by client and sshd; best of the repeats; ×: rigrun's time over the raw loop's (target ≤ 1.1 for the playbooks). "
-      "rigrun's playbook times are whole runs: connecting, the host's facts, the run's jobs folder and lease, the steps, stopping the jobs and the masters.")
+# Seconds "$@" took; nan (and its log's tail on stderr) when it failed: a result too.
+timed() {
+  local start end log=$WORK/last.log
+  rm -rf "$WORK/runs"
+  start=$(date +%s.%N)
+  if ! "$@" >"$log" 2>&1; then echo "failed: $* $(tail -3 "$log")" >&2; echo nan; return; fi
+  end=$(date +%s.%N)
+  python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$end"
+}
+
+: > "$WORK/times"
+for r in $(seq "$REPEAT"); do
+  for n in $HOSTS; do
+    for t in "${COLUMNS_[@]}"; do
+      echo "$t $n $(timed "$t" "$n")" >> "$WORK/times"
+    done
+  done
+  echo "repeat $r of $REPEAT done (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+done
+
+versions="pyinfra $("$VENV/bin/pyinfra" --version 2>/dev/null | awk '{print $NF}'), $("$VENV/bin/ansible" --version 2>/dev/null | head -1)"
+python3 - "$WORK/times" "$LOGIN" "$STEPS" "$REPEAT" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$versions" "${COLUMNS_[@]}" <<'PY'
+import statistics, sys
+path, login, steps, repeat, cores, load, versions, *columns = sys.argv[1:]
+times = {}
+for line in open(path):
+    tool, n, t = line.split()
+    times.setdefault((tool, int(n)), []).append(float(t))
+hosts = sorted({n for _, n in times})
+names = {"raw": "raw `ssh` loop (ControlMaster)", "rigrun": "rigrun, shell steps",
+         "rigrun_sweep": "rigrun, sweep points", "rigrun_baseline": "rigrun at BASELINE_REV",
+         "pyinfra": "pyinfra", "ansible": "Ansible"}
+def median(tool, n):
+    ts = times.get((tool, n), [])
+    return float("nan") if not ts or any(t != t for t in ts) else statistics.median(ts)
+print(f"| {steps} trivial steps | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in hosts) + " |")
+print("|---|" + "---|" * len(hosts))
+for tool in columns:
+    cells = []
+    for n in hosts:
+        t, raw = median(tool, n), median("raw", n)
+        if t != t:
+            cells.append("failed (see the log)")
+        elif tool == "raw" or raw != raw:
+            cells.append(f"{t:.2f} s")
+        else:
+            cells.append(f"{t:.2f} s (×{t / raw:.2f})")
+    print(f"| {names[tool]} | " + " | ".join(cells) + " |")
+print(f"\nLogin shell: {login}. Median of {repeat} interleaved runs; ×: the tool's time over the raw loop's. "
+      f"{cores} cores shared by the tools and sshd; load average at the end {load}. {versions}.")
 PY

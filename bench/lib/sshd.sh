@@ -39,7 +39,7 @@ host_entry() {
     port: $PORT
     user: $USER_NAME
     identity_file: $WORK/client_key
-    workdir: $WORK/work
+    workdir: ${HOST_WORKDIR:-$WORK/work}
     ssh_options: {UserKnownHostsFile: $WORK/known_hosts, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: "yes"}
 YAML
 }

@@ -71,6 +71,8 @@ pub struct Outcome {
     pub result: Result<Completed, Failure>,
     /// Times it was sent again because the server had closed the reused connection.
     pub reconnects: u32,
+    /// The generated text, when asked for (a conversation sends it back next turn).
+    pub text: String,
 }
 
 /// A request that completed.
@@ -165,8 +167,9 @@ impl Client {
     }
 
     /// Sends one request and reads its response to the end; never panics on what the server
-    /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front.
-    pub async fn send(&self, body: Bytes, max_tokens: u32) -> Outcome {
+    /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front;
+    /// with `keep_text` the reply's text is kept in the outcome.
+    pub async fn send(&self, body: Bytes, max_tokens: u32, keep_text: bool) -> Outcome {
         let url = format!("{}{}", self.base, self.path);
         let request = |c: &reqwest::Client| {
             self.auth(c.post(&url))
@@ -175,7 +178,7 @@ impl Client {
         };
         let sent = Instant::now();
         let capacity = if self.stream { max_tokens.min(1 << 16) } else { 1 };
-        let mut reading = Reading::new(sent, capacity as usize);
+        let mut reading = Reading::new(sent, capacity as usize, keep_text);
         let answer = self.http.send(request).await;
         let result = match answer.result {
             Err(e) => Err(send_failure(&e)),
@@ -189,6 +192,7 @@ impl Client {
             events: reading.events,
             result,
             reconnects: answer.reconnects,
+            text: reading.text.unwrap_or_default(),
         }
     }
 }
@@ -198,15 +202,27 @@ struct Reading {
     sent: Instant,
     events: Vec<u64>,
     end: Option<Instant>,
+    /// The reply's text so far, when kept.
+    text: Option<String>,
 }
 
 impl Reading {
-    fn new(sent: Instant, capacity: usize) -> Self {
+    fn new(sent: Instant, capacity: usize, keep_text: bool) -> Self {
         Reading {
             sent,
             events: Vec::with_capacity(capacity),
             end: None,
+            text: keep_text.then(String::new),
         }
+    }
+
+    /// One event's data (or a whole body) read, its text kept when asked.
+    fn parse(&mut self, data: &[u8]) -> Result<sse::Event, Failure> {
+        match &mut self.text {
+            Some(text) => sse::parse_keeping_text(data, text),
+            None => sse::parse(data),
+        }
+        .map_err(|e| Failure::new("bad_response", e))
     }
 
     /// Reads an SSE stream, timing each token-carrying event by the arrival of its bytes.
@@ -256,7 +272,7 @@ impl Reading {
 
     /// Handles one event's data, completed `at` ns after send; Ok(true) at `[DONE]`.
     fn event(&mut self, data: &[u8], at: u64, done: &mut Completed) -> Result<bool, Failure> {
-        let event = sse::parse(data).map_err(|e| Failure::new("bad_response", e))?;
+        let event = self.parse(data)?;
         if let Some(error) = event.error {
             return Err(Failure::new(
                 "server_error",
@@ -280,7 +296,7 @@ impl Reading {
         let body = reply.bytes().await;
         self.end = Some(Instant::now());
         let body = body.map_err(|e| body_failure(&e, 0))?;
-        let event = sse::parse(&body).map_err(|e| Failure::new("bad_response", e))?;
+        let event = self.parse(&body)?;
         if let Some(error) = event.error {
             return Err(Failure::new("server_error", error));
         }

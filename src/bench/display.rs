@@ -175,6 +175,20 @@ pub fn row(s: &Summary) -> Vec<String> {
         if s.valid() { "yes" } else { "NO" },
         goodput_cells(s)
     )];
+    lines.extend(s.per_turn.iter().map(|t| {
+        let cached = t
+            .mean_cached_tokens
+            .map_or(String::new(), |c| format!(", {c:.0} cached"));
+        format!(
+            "{:>6}   turn {}: {} done, {:.0} prompt tokens{cached}, TTFT median {} p99 {} ms",
+            "",
+            t.turn,
+            t.completed,
+            t.mean_input_tokens,
+            ms(t.ttft, |s| s.median),
+            ms(t.ttft, |s| s.p99)
+        )
+    }));
     lines.extend(s.problems.iter().map(|p| format!("{:>6} ! {p}", "")));
     lines.extend(
         s.counts
@@ -188,6 +202,7 @@ pub fn row(s: &Summary) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::super::metrics::Counts;
+    use super::super::turns::TurnSummary;
     use super::*;
 
     #[test]
@@ -227,6 +242,7 @@ mod tests {
             max_rss_mb: 10.0,
             problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
             good: None,
+            per_turn: Vec::new(),
             cache: "warm",
         };
         let lines = row(&summary);
@@ -238,6 +254,21 @@ mod tests {
         assert_eq!(lines[1], "       ! 1 of 20 requests failed (http_500: 1)");
         assert_eq!(lines[2], "         http_500, e.g.: HTTP 500: boom");
         assert_eq!(header(false).split_whitespace().next(), Some("C"));
+        let turn = TurnSummary {
+            turn: 2,
+            completed: 9,
+            mean_input_tokens: 100.4,
+            mean_cached_tokens: Some(32.0),
+            ttft: Some(stats),
+        };
+        let with_turns = Summary {
+            per_turn: vec![turn],
+            ..summary.clone()
+        };
+        assert_eq!(
+            row(&with_turns)[1],
+            "         turn 2: 9 done, 100 prompt tokens, 32 cached, TTFT median 2.0 p99 4.0 ms"
+        );
         let with_slo = Summary {
             good: Some(10),
             ..summary

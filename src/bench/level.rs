@@ -4,6 +4,9 @@
 //! is due the moment a slot frees up, as catid's method keeps exactly C streams running. With
 //! `--request-rate` arrivals are a Poisson process and a request that arrives while all C slots
 //! are busy waits for one — and that wait counts in its latency, because it is due at arrival.
+//!
+//! With `--turns N` a slot holds a whole conversation: N requests in turn, each due when the
+//! previous reply ended plus the think time, each resending the history (see `Workload::turn`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,17 +61,30 @@ pub struct LevelPlan {
     /// Poisson arrivals per second; None for a closed loop.
     pub rate: Option<f64>,
     pub seed: u64,
+    /// Turns per conversation (1: single requests) and the pause before each next turn.
+    pub turns: u32,
+    pub think_time: Duration,
     /// `--reset-cache`: the route that empties the prefix cache after the warm-up.
     pub cache_reset: Option<CacheReset>,
 }
 
-/// A phase: requests into `slots` slots until `stop`.
+/// A phase: conversations (of one request, unless multi-turn) into `slots` slots until `stop`.
 #[derive(Debug, Clone, Copy)]
 struct Phase {
     slots: usize,
     stop: Stop,
     rate: Option<f64>,
     seed: u64,
+    turns: u32,
+    think_time: Duration,
+}
+
+/// How a conversation runs: its turns, the pause between them, and when no turn may start.
+#[derive(Debug, Clone, Copy)]
+struct Talk {
+    turns: u32,
+    think_time: Duration,
+    deadline: Option<Instant>,
 }
 
 /// What a level tells as it runs, for a progress display (the level knows no display: the data
@@ -112,6 +128,8 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
         stop: plan.stop,
         rate: plan.rate,
         seed: plan.seed,
+        turns: plan.turns,
+        think_time: plan.think_time,
     };
     run_phase(shared, phase, t0, |asked, outcome| {
         collector.add(asked, &outcome);
@@ -133,7 +151,8 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
     }
 }
 
-/// The unmeasured warm-up: `plan.warmup` requests, at most C at once. Returns the failures.
+/// The unmeasured warm-up: `plan.warmup` single requests (first turns), at most C at once.
+/// Returns the failures.
 async fn warm_up(
     shared: &Arc<Shared>,
     plan: &LevelPlan,
@@ -147,6 +166,8 @@ async fn warm_up(
         stop: Stop::After(plan.warmup),
         rate: None,
         seed: plan.seed,
+        turns: 1,
+        think_time: Duration::ZERO,
     };
     let (mut failed, mut first_error) = (0, None);
     run_phase(shared, phase, Instant::now(), |_, outcome| {
@@ -201,30 +222,79 @@ async fn dispatch(shared: Arc<Shared>, phase: Phase, t0: Instant, done: Unbounde
             break;
         }
         count += 1;
-        start(&shared, arrival.unwrap_or(freed), slot_tx.clone(), done.clone());
+        let talk = Talk {
+            turns: phase.turns,
+            think_time: phase.think_time,
+            deadline,
+        };
+        start(
+            &shared,
+            arrival.unwrap_or(freed),
+            talk,
+            slot_tx.clone(),
+            done.clone(),
+        );
     }
 }
 
-/// Starts one request, due at `due`; its slot is handed back when it ends.
+/// Starts one conversation (a single request unless multi-turn), its first turn due at `due`;
+/// its slot is handed back when it ends.
 fn start(
     shared: &Arc<Shared>,
     due: Instant,
+    talk: Talk,
     slot: UnboundedSender<Instant>,
     done: UnboundedSender<(Asked, Outcome)>,
 ) {
     let shared = shared.clone();
     tokio::spawn(async move {
-        let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
-        let spec = shared.workload.request(index);
-        let outcome = shared.client.send(spec.body, spec.max_tokens).await;
-        let _ = slot.send(outcome.end);
+        let number = shared.next_index.fetch_add(1, Ordering::Relaxed);
+        converse(&shared, number, due, talk, slot, &done).await;
+    });
+}
+
+/// Runs conversation `number`: its turns in order, each due when the previous reply ended plus
+/// the think time, each prompt the history so far plus a new message. A failed turn ends it, and
+/// so does the deadline (no turn starts after it). Hands the slot back when it ends.
+async fn converse(
+    shared: &Shared,
+    number: u64,
+    mut due: Instant,
+    talk: Talk,
+    slot: UnboundedSender<Instant>,
+    done: &UnboundedSender<(Asked, Outcome)>,
+) {
+    let mut history = Vec::new();
+    let mut first_sent = None;
+    for turn in 0..talk.turns {
+        let (spec, message) = match talk.turns {
+            1 => (shared.workload.request(number), String::new()),
+            _ => shared.workload.turn(number, turn, &history),
+        };
+        let more = turn + 1 < talk.turns;
+        let mut outcome = shared.client.send(spec.body, spec.max_tokens, more).await;
+        let from = *first_sent.get_or_insert(outcome.sent);
+        let next_due = outcome.end + talk.think_time;
+        let last = !more || outcome.result.is_err() || talk.deadline.is_some_and(|d| next_due >= d);
+        if last {
+            let _ = slot.send(outcome.end);
+        } else {
+            history.push((message, std::mem::take(&mut outcome.text)));
+        }
         let asked = Asked {
             due,
             max_tokens: spec.max_tokens,
             input_tokens: spec.input_tokens,
+            turn,
+            conversation_from: last.then_some(from),
         };
         let _ = done.send((asked, outcome));
-    });
+        if last {
+            return;
+        }
+        tokio::time::sleep_until(next_due.into()).await;
+        due = next_due;
+    }
 }
 
 /// Poisson arrival times.

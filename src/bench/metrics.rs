@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 
 use super::client::{Failure, Outcome};
 use super::goodput::{Goodput, Latencies};
+use super::turns::ByTurn;
 
 /// Width of the timeline's bins that steady-state tokens are counted in.
 const BIN_NS: u64 = 1_000_000;
@@ -178,7 +179,10 @@ pub struct Collector {
     pub e2el: Latency,
     pub queue: Latency,
     pub counts: Counts,
-    /// `[sent, end]` of every request, in ns after `t0`.
+    /// TTFT and cached prompt tokens by turn, for multi-turn conversations.
+    pub by_turn: ByTurn,
+    /// `[sent, end]` of every request (of every conversation: first sent to last end), in ns
+    /// after `t0`: what is in flight, and so the concurrency reached.
     intervals: Vec<(u64, u64)>,
     timeline: Timeline,
     /// When the last request ended.
@@ -196,6 +200,11 @@ pub struct Asked {
     pub max_tokens: u32,
     /// Prompt tokens if known without the server.
     pub input_tokens: Option<u64>,
+    /// Its turn in its conversation, from 0 (always 0 for single requests).
+    pub turn: u32,
+    /// When its conversation's first request was sent, if this request ends the conversation
+    /// (a single request ends its own).
+    pub conversation_from: Option<Instant>,
 }
 
 impl Collector {
@@ -210,6 +219,7 @@ impl Collector {
             e2el: Latency::default(),
             queue: Latency::default(),
             counts: Counts::default(),
+            by_turn: ByTurn::default(),
             intervals: Vec::new(),
             timeline: Timeline::default(),
             last_end: None,
@@ -230,8 +240,10 @@ impl Collector {
 
     /// Adds one request's outcome.
     pub fn add(&mut self, asked: Asked, outcome: &Outcome) {
-        let (sent, end) = (self.since_t0(outcome.sent), self.since_t0(outcome.end));
-        self.intervals.push((sent, end.max(sent)));
+        if let Some(from) = asked.conversation_from {
+            let (from, end) = (self.since_t0(from), self.since_t0(outcome.end));
+            self.intervals.push((from, end.max(from)));
+        }
         self.last_end = self.last_end.max(Some(outcome.end));
         self.counts.reconnects += u64::from(outcome.reconnects);
         match &outcome.result {
@@ -244,12 +256,20 @@ impl Collector {
                     self.counts.counted_without_usage += 1;
                 }
                 let input = usage.prompt_tokens.or(asked.input_tokens).unwrap_or(0);
-                self.add_completed(asked, outcome, input, output);
+                let ttft = self.add_completed(asked, outcome, input, output);
+                self.by_turn.add(asked.turn, input, usage.cached_tokens(), ttft);
             }
         }
     }
 
-    fn add_completed(&mut self, asked: Asked, outcome: &Outcome, input: u64, output: u64) {
+    /// Counts a completed request and records its latencies; returns its TTFT, if streamed.
+    fn add_completed(
+        &mut self,
+        asked: Asked,
+        outcome: &Outcome,
+        input: u64,
+        output: u64,
+    ) -> Option<Duration> {
         self.counts.complete(input, output, asked.max_tokens);
         let due = asked.due.min(outcome.sent);
         self.queue.record(outcome.sent - due);
@@ -260,6 +280,7 @@ impl Collector {
         if self.goodput.is_some_and(|g| g.met_by(&request)) {
             self.good += 1;
         }
+        ttft
     }
 
     /// TTFT, TPOT, ITL and the timeline, from the token events' arrival times; the request's
@@ -416,10 +437,12 @@ mod tests {
                 usage: Some(Usage {
                     prompt_tokens: Some(8),
                     completion_tokens: Some(tokens),
+                    prompt_tokens_details: None,
                 }),
                 finish_reason: Some("length".into()),
             }),
             reconnects: 0,
+            text: String::new(),
         }
     }
 
@@ -429,6 +452,8 @@ mod tests {
             due: t0,
             max_tokens: 4,
             input_tokens,
+            turn: 0,
+            conversation_from: Some(t0),
         }
     }
 
@@ -478,6 +503,27 @@ mod tests {
         c.add(asked, &outcome(t0, 0, &[5], 5, 1));
         assert_eq!((c.counts.short, c.counts.fewest_tokens), (1, Some(1)));
         assert_eq!(c.throughput_in((0, 100_000_000)), Some(50.0));
+    }
+
+    #[test]
+    fn a_conversation_is_in_flight_from_its_first_send_to_its_last_end() {
+        let t0 = Instant::now();
+        let mut c = Collector::new(t0, true, None);
+        // Turn 1 from 0 to 10 ms, a think time, turn 2 from 30 to 40 ms: one in flight 0..40.
+        let first = Asked {
+            conversation_from: None,
+            ..asked_at(t0, Some(8))
+        };
+        c.add(first, &outcome(t0, 0, &[5], 10, 1));
+        let second = Asked {
+            turn: 1,
+            conversation_from: Some(t0),
+            ..first
+        };
+        c.add(second, &outcome(t0, 30, &[35], 40, 1));
+        assert_eq!(c.concurrency(1), (1, Some((0, 40_000_000))));
+        let turns = c.by_turn.summaries();
+        assert_eq!((turns.len(), turns[1].turn, turns[1].completed), (2, 2, 1));
     }
 
     #[test]

@@ -16,12 +16,14 @@ mod cache;
 mod client;
 mod display;
 mod goodput;
+pub mod lengths;
 mod level;
 mod metrics;
 mod record;
 pub(crate) mod rng;
 mod sse;
 mod sys;
+mod turns;
 mod validity;
 mod workload;
 
@@ -39,6 +41,7 @@ use self::cache::CacheReset;
 use self::client::{Client, ModelsError};
 use self::display::LevelProgress;
 use self::goodput::Goodput;
+use self::lengths::{Dist, Lengths};
 use self::level::{LevelPlan, Shared, Stop};
 use self::record::{RunInfo, Summary};
 use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
@@ -79,6 +82,29 @@ pub struct BenchArgs {
     /// Output tokens asked per request (max_tokens, with ignore_eos).
     #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub output_len: u32,
+    /// How prompt lengths vary per request around --input-len: fixed, uniform:ratio=R (as
+    /// `vllm bench serve --random-range-ratio`: uniform in [len·(1−R), len·(1+R)]) or
+    /// normal:sd=TOKENS (rounded, clipped to ≥ 1); drawn from --seed.
+    #[arg(long, value_name = "DIST", default_value = "fixed", value_parser = Dist::parse)]
+    pub input_dist: Dist,
+    /// The same for output lengths (max_tokens) around --output-len.
+    #[arg(long, value_name = "DIST", default_value = "fixed", value_parser = Dist::parse)]
+    pub output_dist: Dist,
+    /// vLLM's --random-range-ratio R: both lengths uniform in [len·(1−R), len·(1+R)], 0 ≤ R < 1
+    /// (short for --input-dist uniform:ratio=R --output-dist uniform:ratio=R).
+    #[arg(long, value_name = "R", conflicts_with_all = ["input_dist", "output_dist"],
+          value_parser = range_ratio)]
+    pub range_ratio: Option<Dist>,
+    /// Turns per conversation: each turn's prompt is the conversation so far (every earlier
+    /// message and the server's reply) plus a new user message of --input-len, so a prefix cache
+    /// serves the history as in production; C then counts conversations in flight, and each
+    /// level measures 5 × C conversations (or --num-requests / N). Records carry TTFT per turn.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub turns: u32,
+    /// The pause between a reply and the conversation's next turn (e.g. 0.5s, 2s).
+    #[arg(long, value_name = "TIME", default_value = "0s", value_parser = think_time, requires = "turns")]
+    pub think_time: Duration,
     /// Measured requests per level (default: 5 × C).
     #[arg(long, value_name = "N", conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -144,6 +170,24 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A think time: seconds with a fraction (0.5, 0.5s) or a duration (500ms, 2m); zero allowed.
+fn think_time(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let seconds = text.strip_suffix('s').unwrap_or(text).parse::<f64>();
+    match seconds {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs)),
+        Ok(_) => Err(format!("`{text}` is not a duration of zero or more")),
+        Err(_) => Dur::parse(text).map(|Dur(d)| d),
+    }
+}
+
+fn range_ratio(text: &str) -> Result<Dist, String> {
+    let ratio = text
+        .parse::<f64>()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    Dist::uniform(ratio)
+}
+
 fn positive_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
@@ -179,11 +223,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         source,
         api: args.api,
         model: model.clone(),
-        input_len: args.input_len,
-        output_len: args.output_len,
+        lengths: asked_lengths(&args, seed),
         token_id: args.token_id,
         unique_prefix: args.unique_prefix,
         stream,
+        turns: args.turns,
         seed,
         nonce: random_u64(),
     })
@@ -299,14 +343,43 @@ fn unknown_model(base: &str, model: &str, listed: &[String]) -> String {
 
 fn check_fits(args: &BenchArgs, max_model_len: Option<u64>) -> Result<(), Invalid> {
     let token_prompts = args.api == Api::Completions && matches!(args.workload.as_str(), "catid" | "random");
-    let total = u64::from(args.input_len) + u64::from(args.output_len);
+    let nominal = u64::from(args.input_len) + u64::from(args.output_len);
+    // Bounded distributions must fit at their longest; a normal one at its mean.
+    let (total, longest) = match asked_lengths(args, 0).longest() {
+        Some((input, output)) if u64::from(input) + u64::from(output) > nominal => (
+            u64::from(input) + u64::from(output),
+            format!(" drawn at their longest ({input} + {output})"),
+        ),
+        _ => (nominal, String::new()),
+    };
+    // A conversation's last turn holds every earlier message and reply (one word a token).
+    let (total, turns) = match args.turns {
+        1 => (total, String::new()),
+        n => (total * u64::from(n), format!("--turns {n} × (")),
+    };
+    let close = if turns.is_empty() {
+        ""
+    } else {
+        ") by the last turn"
+    };
     match max_model_len {
-        Some(max) if token_prompts && total > max => Err(Invalid(format!(
-            "--input-len {} + --output-len {} = {total} tokens, more than the server's \
-             max_model_len {max}",
+        Some(max) if (token_prompts || args.turns > 1) && total > max => Err(Invalid(format!(
+            "{turns}--input-len {} + --output-len {}{longest}{close} = {total} tokens, more than \
+             the server's max_model_len {max}",
             args.input_len, args.output_len
         ))),
         _ => Ok(()),
+    }
+}
+
+/// The requests' lengths the flags ask for.
+fn asked_lengths(args: &BenchArgs, seed: u64) -> Lengths {
+    Lengths {
+        input_len: args.input_len,
+        input_dist: args.range_ratio.unwrap_or(args.input_dist),
+        output_len: args.output_len,
+        output_dist: args.range_ratio.unwrap_or(args.output_dist),
+        seed,
     }
 }
 
@@ -330,22 +403,37 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
         seed,
         input_len: args.input_len,
         output_len: args.output_len,
-        uniform_output: !matches!(spec.source, Source::File { .. }),
+        input_dist: spec.lengths.input_dist.label(),
+        output_dist: spec.lengths.output_dist.label(),
+        turns: args.turns,
+        think_time: args.think_time,
+        uniform_output: !matches!(spec.source, Source::File { .. })
+            && spec.lengths.output_dist == Dist::Fixed,
     }
 }
 
 /// The run's opening lines on stderr.
 fn intro(client: &Client, info: &RunInfo) -> String {
     let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
+    let dist = |d: &Option<String>| d.as_ref().map_or(String::new(), |d| format!(" ({d})"));
+    let turns = match info.turns {
+        1 => String::new(),
+        n => format!(
+            ", conversations of {n} turns ({} s think time; C counts conversations)",
+            info.think_time.as_secs_f64()
+        ),
+    };
     format!(
-        "rigrun bench: {}, model {}, {} API, {}, workload {}, {} input / {} output tokens{note}",
+        "rigrun bench: {}, model {}, {} API, {}, workload {}, {}{} input / {}{} output tokens{turns}{note}",
         client.base(),
         info.model,
         info.api,
         if info.stream { "streaming" } else { "not streaming" },
         info.workload,
         info.input_len,
-        info.output_len
+        dist(&info.input_dist),
+        info.output_len,
+        dist(&info.output_dist)
     )
 }
 
@@ -358,9 +446,11 @@ async fn run_level(
     cache_reset: Option<CacheReset>,
 ) -> Summary {
     let c = u64::from(concurrency);
+    let turns = u64::from(args.turns);
+    // Conversations (single requests unless multi-turn): 5 × C, or enough for --num-requests.
     let stop = match args.duration {
         Some(limit) => Stop::For(limit),
-        None => Stop::After(args.num_requests.unwrap_or(5 * c)),
+        None => Stop::After(args.num_requests.map_or(5 * c, |n| n.div_ceil(turns))),
     };
     let plan = LevelPlan {
         concurrency,
@@ -368,10 +458,12 @@ async fn run_level(
         stop,
         rate: args.request_rate,
         seed,
+        turns: args.turns,
+        think_time: args.think_time,
         cache_reset,
     };
     let measured = match stop {
-        Stop::After(n) => Some(n),
+        Stop::After(n) => Some(n * turns),
         Stop::For(_) => None,
     };
     let mut progress = LevelProgress::new(concurrency, plan.warmup, measured);

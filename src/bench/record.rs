@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::level::{LevelPlan, LevelResult, Stop};
 use super::metrics::{Counts, LatencyStats};
 use super::sys;
+use super::turns::{self, TurnSummary};
 use super::validity::{self, Evidence};
 
 /// The name in `backend`, so results say which client measured them.
@@ -26,6 +27,13 @@ pub struct RunInfo {
     pub seed: u64,
     pub input_len: u32,
     pub output_len: u32,
+    /// How the lengths were drawn per request (`uniform:ratio=0.5`, `normal:sd=200`); None when
+    /// every request asks the nominal length.
+    pub input_dist: Option<String>,
+    pub output_dist: Option<String>,
+    /// Turns per conversation (1: single requests) and the pause before each next turn.
+    pub turns: u32,
+    pub think_time: std::time::Duration,
     /// Whether every request asks for `output_len` tokens (a prompts file may say otherwise).
     pub uniform_output: bool,
 }
@@ -60,6 +68,8 @@ pub struct Summary {
     pub problems: Vec<String>,
     /// Completed requests that met every `--slo` limit, when goodput was asked for.
     pub good: Option<u64>,
+    /// Per turn of multi-turn conversations (empty for single requests).
+    pub per_turn: Vec<TurnSummary>,
     /// The prefix cache's state when measuring began: `reset` or `warm` (`cache` in the record).
     pub cache: &'static str,
 }
@@ -100,7 +110,7 @@ impl Summary {
             concurrency,
             rate: plan.rate,
             num_prompts: match plan.stop {
-                Stop::After(n) => Some(n),
+                Stop::After(n) => Some(n * u64::from(plan.turns)),
                 Stop::For(_) => None,
             },
             warmup: plan.warmup,
@@ -122,6 +132,10 @@ impl Summary {
             cores,
             max_rss_mb: result.max_rss_bytes as f64 / (1024.0 * 1024.0),
             good: c.good(),
+            per_turn: match plan.turns {
+                1 => Vec::new(),
+                _ => c.by_turn.summaries(),
+            },
             cache: result.cache.name(),
         }
     }
@@ -172,6 +186,11 @@ impl Summary {
         ] {
             latency(&mut m, name, stats);
         }
+        if info.turns > 1 {
+            m.insert("turns".into(), info.turns.into());
+            m.insert("think_time".into(), round(info.think_time.as_secs_f64(), 4));
+            m.insert("per_turn".into(), turns::record(&self.per_turn, round));
+        }
         m.insert("client_cpu_percent".into(), round(self.cpu_percent, 1));
         m.insert("client_cores".into(), self.cores.into());
         m.insert("client_max_rss_mb".into(), round(self.max_rss_mb, 1));
@@ -202,6 +221,14 @@ impl Summary {
         m.insert("seed".into(), info.seed.into());
         m.insert("input_len".into(), info.input_len.into());
         m.insert("output_len".into(), info.output_len.into());
+        for (key, dist) in [
+            ("input_dist", &info.input_dist),
+            ("output_dist", &info.output_dist),
+        ] {
+            if let Some(dist) = dist {
+                m.insert(key.into(), dist.clone().into());
+            }
+        }
         m.insert("max_concurrency".into(), self.concurrency.into());
         m.insert("request_rate".into(), json!(self.rate));
         m.insert("num_prompts".into(), json!(self.num_prompts));

@@ -132,6 +132,23 @@ pub struct Usage {
     pub prompt_tokens: Option<u64>,
     #[serde(default)]
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens the server's prefix cache served (vLLM, SGLang), when it says.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Prompt tokens served by the prefix cache, when the server reports them.
+    pub fn cached_tokens(&self) -> Option<u64> {
+        self.prompt_tokens_details.and_then(|d| d.cached_tokens)
+    }
 }
 
 /// What one stream event (or a whole response) says.
@@ -187,6 +204,17 @@ struct Message<'a> {
 
 /// Reads one `data:` payload or a whole JSON response body.
 pub fn parse(data: &[u8]) -> Result<Event, String> {
+    read(data, None)
+}
+
+/// The same, and appends the generated text (a completion's text, a chat's content; not a
+/// reasoning model's thinking, which clients do not send back) to `text`: a multi-turn
+/// conversation sends the reply back in its next turn.
+pub fn parse_keeping_text(data: &[u8], text: &mut String) -> Result<Event, String> {
+    read(data, Some(text))
+}
+
+fn read(data: &[u8], mut text: Option<&mut String>) -> Result<Event, String> {
     if data.trim_ascii() == b"[DONE]" {
         return Ok(Event {
             done: true,
@@ -207,6 +235,14 @@ pub fn parse(data: &[u8]) -> Result<Event, String> {
     };
     for choice in &wire.choices {
         event.token |= carries_token(choice);
+        if let Some(text) = text.as_deref_mut() {
+            let message = choice.delta.as_ref().or(choice.message.as_ref());
+            let content = choice
+                .text
+                .as_deref()
+                .or(message.and_then(|m| m.content.as_deref()));
+            text.push_str(content.unwrap_or(""));
+        }
         if choice.finish_reason.is_some() {
             event.finish_reason.clone_from(&choice.finish_reason);
         }
@@ -341,10 +377,30 @@ mod tests {
             ev.usage,
             Some(Usage {
                 prompt_tokens: Some(3),
-                completion_tokens: Some(5)
+                completion_tokens: Some(5),
+                prompt_tokens_details: None,
             })
         );
         assert!(parse(b"[DONE]").unwrap().done);
+    }
+
+    #[test]
+    fn keeps_the_replys_text_and_the_cached_prompt_tokens() {
+        let mut text = String::new();
+        for data in [
+            &br#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#[..],
+            br#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+            br#"{"choices":[{"delta":{"content":" a\"b"}}]}"#,
+            br#"{"choices":[{"text":" c","finish_reason":"length"}]}"#,
+            br#"{"choices":[{"message":{"role":"assistant","content":" d"}}]}"#,
+        ] {
+            parse_keeping_text(data, &mut text).unwrap();
+        }
+        assert_eq!(text, " a\"b c d");
+        let usage = br#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":8}}}"#;
+        assert_eq!(parse(usage).unwrap().usage.unwrap().cached_tokens(), Some(8));
+        let no_details = br#"{"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":null}}"#;
+        assert_eq!(parse(no_details).unwrap().usage.unwrap().cached_tokens(), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What each request asks for: its prompt (catid's repeated token, random token ids, or prompts
-//! from a JSONL file), its output length, and its JSON body for the chosen API.
+//! from a JSONL file), its output length (nominal or drawn, see `lengths`), and its JSON body for
+//! the chosen API; in a multi-turn conversation, each turn's prompt with the history so far.
 //!
 //! Token-id prompts (`/v1/completions`) have an exact input length whatever the tokenizer.
 //! Chat messages are text, so there the prompt is built from words that are one token in common
@@ -9,8 +10,9 @@ use std::path::Path;
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::lengths::{Dist, Lengths};
 use super::rng::Rng;
 
 /// The token id catid's method repeats (the seeds' scripts use it).
@@ -80,11 +82,13 @@ pub struct WorkloadSpec {
     pub source: Source,
     pub api: Api,
     pub model: String,
-    pub input_len: u32,
-    pub output_len: u32,
+    /// Each request's prompt and output lengths (nominal, or drawn per request).
+    pub lengths: Lengths,
     pub token_id: u32,
     pub unique_prefix: bool,
     pub stream: bool,
+    /// Turns per conversation (1: single requests).
+    pub turns: u32,
     /// Seed of random prompts.
     pub seed: u64,
     /// A per-run random value in every unique prefix, so a second run cannot hit the first's
@@ -115,7 +119,9 @@ impl Workload {
     pub fn new(spec: WorkloadSpec) -> Result<Self, String> {
         check(&spec)?;
         let mut workload = Workload { spec, shared: None };
-        if matches!(workload.spec.source, Source::Catid) && !workload.spec.unique_prefix {
+        let fixed = workload.spec.lengths.input_dist == Dist::Fixed
+            && workload.spec.lengths.output_dist == Dist::Fixed;
+        if matches!(workload.spec.source, Source::Catid) && !workload.spec.unique_prefix && fixed {
             workload.shared = Some(workload.build(0));
         }
         Ok(workload)
@@ -160,14 +166,15 @@ impl Workload {
 
     fn build(&self, index: u64) -> RequestSpec {
         let spec = &self.spec;
+        let (input_len, output_len) = spec.lengths.of(index);
         let (content, max_tokens) = match &spec.source {
-            Source::Catid => (self.catid_prompt(index), spec.output_len),
-            Source::Random => (self.random_prompt(index), spec.output_len),
+            Source::Catid => (self.catid_prompt(index, input_len), output_len),
+            Source::Random => (self.random_prompt(index, input_len), output_len),
             Source::File { prompts, .. } => {
                 let prompt = &prompts[(index % prompts.len() as u64) as usize];
                 (
                     self.prefixed(prompt.content.clone(), index),
-                    prompt.max_tokens.unwrap_or(spec.output_len),
+                    prompt.max_tokens.unwrap_or(output_len),
                 )
             }
         };
@@ -182,22 +189,60 @@ impl Workload {
         }
     }
 
-    fn catid_prompt(&self, index: u64) -> Content {
+    /// Turn `turn` (from 0) of conversation `number`: the conversation so far (each earlier user
+    /// message and the server's reply, in `history`), then a new user message of the drawn
+    /// length in catid's or random's words. Chat sends them as messages, completions as one text
+    /// (token ids could not hold the replies, which come back as text). Returns the request and
+    /// its new message.
+    pub fn turn(&self, number: u64, turn: u32, history: &[(String, String)]) -> (RequestSpec, String) {
         let spec = &self.spec;
-        let len = spec.input_len as usize;
+        let index = number * u64::from(spec.turns) + u64::from(turn);
+        let (input_len, max_tokens) = spec.lengths.of(index);
+        let mut message = self.words(index, input_len);
+        if turn == 0 {
+            message = self.unique_text(message, index);
+        }
         let content = match spec.api {
-            Api::Completions => Content::Ids(vec![spec.token_id; len]),
-            Api::Chat => Content::Text(CHAT_WORD.repeat(len)),
+            Api::Chat => {
+                let said = history.iter().flat_map(|(user, reply)| {
+                    [
+                        json!({"role": "user", "content": user}),
+                        json!({"role": "assistant", "content": reply}),
+                    ]
+                });
+                let new = json!({"role": "user", "content": message});
+                Content::Messages(Value::Array(said.chain([new]).collect()))
+            }
+            Api::Completions => Content::Text(
+                history
+                    .iter()
+                    .flat_map(|(user, reply)| [user.as_str(), reply.as_str()])
+                    .chain([message.as_str()])
+                    .collect(),
+            ),
+        };
+        let request = RequestSpec {
+            body: body(spec, &content, max_tokens),
+            max_tokens,
+            input_tokens: None,
+        };
+        (request, message)
+    }
+
+    fn catid_prompt(&self, index: u64, len: u32) -> Content {
+        let spec = &self.spec;
+        let content = match spec.api {
+            Api::Completions => Content::Ids(vec![spec.token_id; len as usize]),
+            Api::Chat => Content::Text(self.words(index, len)),
         };
         self.with_unique_start(content, index)
     }
 
-    fn random_prompt(&self, index: u64) -> Content {
+    fn random_prompt(&self, index: u64, len: u32) -> Content {
         let spec = &self.spec;
-        let mut rng = Rng::for_item(spec.seed, index);
-        let len = spec.input_len as usize;
         let content = match spec.api {
             Api::Completions => {
+                let mut rng = Rng::for_item(spec.seed, index);
                 let span = u64::from(ID_RANGE.end - ID_RANGE.start);
                 Content::Ids(
                     (0..len)
@@ -205,13 +250,20 @@ impl Workload {
                         .collect(),
                 )
             }
-            Api::Chat => Content::Text(
-                (0..len)
-                    .map(|_| CHAT_WORDS[rng.below(CHAT_WORDS.len() as u64) as usize])
-                    .collect(),
-            ),
+            Api::Chat => Content::Text(self.words(index, len)),
         };
         self.with_unique_start(content, index)
+    }
+
+    /// `len` one-token words: catid's word repeated, or random ones (request `index`'s draw).
+    fn words(&self, index: u64, len: u32) -> String {
+        if matches!(self.spec.source, Source::Catid) {
+            return CHAT_WORD.repeat(len as usize);
+        }
+        let mut rng = Rng::for_item(self.spec.seed, index);
+        (0..len)
+            .map(|_| CHAT_WORDS[rng.below(CHAT_WORDS.len() as u64) as usize])
+            .collect()
     }
 
     /// With `--unique-prefix`, overwrites the prompt's first tokens (the length stays exact):
@@ -227,14 +279,21 @@ impl Workload {
                 ids[..n].copy_from_slice(&prefix[..n]);
                 Content::Ids(ids)
             }
-            Content::Text(text) => {
-                let prefix = self.prefix_text(index);
-                // Drop as many leading words as the prefix is long (words are four bytes).
-                let skip = prefix.len().div_ceil(CHAT_WORD.len()) * CHAT_WORD.len();
-                Content::Text(format!("{prefix}{}", text.get(skip..).unwrap_or("")))
-            }
+            Content::Text(text) => Content::Text(self.unique_text(text, index)),
             messages => messages,
         }
+    }
+
+    /// With `--unique-prefix`, a text of words that starts with request `index`'s prefix instead
+    /// of its first words (the length stays that of the text).
+    fn unique_text(&self, text: String, index: u64) -> String {
+        if !self.spec.unique_prefix {
+            return text;
+        }
+        let prefix = self.prefix_text(index);
+        // Drop as many leading words as the prefix is long (words are four bytes).
+        let skip = prefix.len().div_ceil(CHAT_WORD.len()) * CHAT_WORD.len();
+        format!("{prefix}{}", text.get(skip..).unwrap_or(""))
     }
 
     /// With `--unique-prefix`, puts the prefix before a file's prompt.
@@ -273,6 +332,18 @@ fn check(spec: &WorkloadSpec) -> Result<(), String> {
     };
     if prompts.is_empty() {
         return Err(format!("--workload {path}: the file has no prompts"));
+    }
+    if spec.turns > 1 {
+        return Err(format!(
+            "--workload {path}: --turns builds each conversation from catid's or random's words; \
+             a prompts file's `messages` already are a conversation (send them without --turns)"
+        ));
+    }
+    if let Some(dist) = spec.lengths.input_dist.label() {
+        return Err(format!(
+            "--workload {path}: the prompts come from the file, so their lengths cannot be drawn \
+             from {dist}; leave out --input-dist (and use --output-dist instead of --range-ratio)"
+        ));
     }
     let kind = |c: &Content| match c {
         Content::Ids(_) => "token ids",
@@ -433,11 +504,17 @@ mod tests {
             source,
             api,
             model: "m".into(),
-            input_len: 8,
-            output_len: 4,
+            lengths: Lengths {
+                input_len: 8,
+                input_dist: Dist::Fixed,
+                output_len: 4,
+                output_dist: Dist::Fixed,
+                seed: 1,
+            },
             token_id: DEFAULT_TOKEN_ID,
             unique_prefix,
             stream: true,
+            turns: 1,
             seed: 1,
             nonce: 12345,
         }
@@ -494,6 +571,43 @@ mod tests {
         let chat = Workload::new(spec(Source::Random, Api::Chat, false)).unwrap();
         let text = json(&chat.request(0))["messages"][0]["content"].clone();
         assert_eq!(text.as_str().unwrap().len(), 8 * 4);
+    }
+
+    #[test]
+    fn a_turn_sends_the_history_then_a_new_message() {
+        let chat = Workload::new(WorkloadSpec {
+            turns: 3,
+            ..spec(Source::Random, Api::Chat, true)
+        })
+        .unwrap();
+        let (first, said) = chat.turn(2, 0, &[]);
+        assert_eq!(
+            json(&first)["messages"],
+            json!([{"role": "user", "content": said}])
+        );
+        // Request 2 × 3 + 0 = 6's unique prefix starts the conversation, and only its first turn.
+        assert!(said.starts_with(&chat.prefix_text(6)), "{said}");
+        let history = [(said.clone(), " reply".to_string())];
+        let (second, new) = chat.turn(2, 1, &history);
+        assert_eq!(
+            json(&second)["messages"],
+            json!([
+                {"role": "user", "content": said},
+                {"role": "assistant", "content": " reply"},
+                {"role": "user", "content": new}
+            ])
+        );
+        assert_eq!(new.len(), 8 * 4, "{new}");
+        assert!(!new.contains(':'), "no prefix after the first turn: {new}");
+        let completions = Workload::new(WorkloadSpec {
+            turns: 2,
+            ..spec(Source::Catid, Api::Completions, false)
+        })
+        .unwrap();
+        let (request, new) = completions.turn(0, 1, &[(" the the".into(), " ok".into())]);
+        assert_eq!(new, " the".repeat(8));
+        assert_eq!(json(&request)["prompt"], format!(" the the ok{new}"));
+        assert_eq!((request.max_tokens, request.input_tokens), (4, None));
     }
 
     #[test]

@@ -18,8 +18,8 @@
 //! every job still running, and a watchdog on the host stops them all by itself when rigrun has
 //! not renewed the run's lease for the lease's length (a crash, SIGKILL, a partition).
 
-use std::collections::HashSet;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -57,8 +57,8 @@ pub(super) struct Jobs {
     lease: Duration,
     dir: OnceLock<String>,
     keeper: Mutex<Option<tokio::task::AbortHandle>>,
-    /// Jobs started that have not reported their end.
-    unfinished: Mutex<HashSet<String>>,
+    /// Whether any job was started (its folder then has a watchdog for close to end).
+    started_any: AtomicBool,
     /// Why the connection could not be got back, once that happened.
     given_up: OnceLock<String>,
     /// The host's boot id as last seen, and who to tell of a reboot.
@@ -73,7 +73,7 @@ impl Jobs {
             lease: spec.lease(),
             dir: OnceLock::new(),
             keeper: Mutex::new(None),
-            unfinished: Mutex::new(HashSet::new()),
+            started_any: AtomicBool::new(false),
             given_up: OnceLock::new(),
             boot: BootWatch::default(),
         }
@@ -91,22 +91,6 @@ impl Jobs {
 
     fn lease_secs(&self) -> String {
         self.lease.as_secs().to_string()
-    }
-
-    /// Notes that job `name` started (true) or reported its end (false).
-    fn unfinished(&self, name: &str, started: bool) {
-        if let Ok(mut names) = self.unfinished.lock() {
-            if started {
-                names.insert(name.to_string());
-            } else {
-                names.remove(name);
-            }
-        }
-    }
-
-    /// Whether some job started without reporting its end (it may still run on the host).
-    fn any_unfinished(&self) -> bool {
-        self.unfinished.lock().map_or(true, |names| !names.is_empty())
     }
 }
 
@@ -173,14 +157,13 @@ impl Transport {
         let deadline = job.timeout.map(|t| Instant::now() + t);
         let mut readers: [StreamReader; 2] = Default::default();
         let mut action = "run";
-        self.jobs.unfinished(job.name, true);
+        self.jobs.started_any.store(true, Ordering::Relaxed);
         loop {
             let broke = match self
                 .follow(action, &dir, job, deadline, &mut readers, on_output)
                 .await
             {
                 Ok(Some(trailer)) => {
-                    self.jobs.unfinished(job.name, false);
                     readers[0].finish(Stream::Stdout, on_output);
                     readers[1].finish(Stream::Stderr, on_output);
                     return self.ending(&trailer);
@@ -304,15 +287,16 @@ impl Transport {
         }
     }
 
-    /// Stops every job of the run that may still run on the host and ends its watchdog;
-    /// quietly, since the connection may be gone (the lease then stops them). When every job
-    /// reported its end, nothing is sent: the watchdog ends by itself once the lease runs out.
+    /// Stops every job of the run that may still run on the host and ends its watchdog, so
+    /// that none outlives the run; quietly, since the connection may be gone (the lease then
+    /// stops them). A run that started no job has no watchdog: nothing is sent then.
     pub(super) async fn close_jobs(&self) {
         if let Some(keeper) = self.jobs.keeper.lock().ok().and_then(|mut k| k.take()) {
             keeper.abort();
         }
         let Some(dir) = self.jobs.dir() else { return };
-        if !self.jobs.any_unfinished() {
+        // A host given up on is not asked again: its lease stops what is left there.
+        if !self.jobs.started_any.load(Ordering::Relaxed) || self.gave_up() {
             return;
         }
         let closing = self.job_action("close", &dir);

@@ -64,13 +64,16 @@ listen() {
 # positional parameters are emptied first). The exit status has its room taken before the
 # command starts (`.end`: when `.rc` cannot be written, the status is written into it in place,
 # and it is renamed `.rc`), so that a disk the command fills cannot lose it; a disk too full to
-# take the pid and that room runs nothing (`full`).
+# take the pid and that room runs nothing (`full`). The rooms are removed at close, not by each
+# job: an `rm` per job was a fork and an exec on every step's path.
 supervise='__rigrun_job=$1; __rigrun_command=$2; set --
 { echo $$ > "$__rigrun_job.pid" && printf "%32s\n" "" > "$__rigrun_job.end"; } 2>/dev/null || exit 0
-( ( (eval "$__rigrun_command"); r=$?; { printf "%s\n" $r > "$__rigrun_job.rc" || { printf "%s\n" $r 1<> "$__rigrun_job.end" && mv -f "$__rigrun_job.end" "$__rigrun_job.rc"; }; rm -f "$__rigrun_job.end"; } 2>/dev/null ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
+( ( (eval "$__rigrun_command"); r=$?; { printf "%s\n" $r > "$__rigrun_job.rc" || { printf "%s\n" $r 1<> "$__rigrun_job.end" && mv -f "$__rigrun_job.end" "$__rigrun_job.rc"; }; } 2>/dev/null ) 2>&1 >&3 3>&- | (trap "" PIPE; exec tee -a "$__rigrun_job.err" >&2 2>/dev/null) ) 3>&1 | (trap "" PIPE; exec tee -a "$__rigrun_job.out" 2>/dev/null)'
+# The run's watchdog: once the lease has not been renewed for $2 seconds it stops every job
+# still running. It ends at close (`done`), or when its folder is gone (nothing left to stop).
 watch='cd "$1" || exit 1
 echo $$ > watchdog.pid; printf "%s\n" "$3" > watchdog.boot; : > seen; idle=0; termed=
-while [ ! -e done ]; do
+while [ ! -e done ] && [ -e lease ]; do
   sleep 1
   if [ lease -nt seen ]; then : > seen; idle=0; else idle=$((idle+1)); fi
   [ "$idle" -lt "$2" ] && continue
@@ -100,11 +103,17 @@ lease_up() {
 case $1 in
 lease) lease_up "$@"; finish "0 $boot";;
 close)
+  # Waits for live processes only: where nothing reaps them, the exited stay in the table as
+  # zombies, and waiting on those held every close for the whole grace.
+  live=alive
   for f in "$2"/*.pid; do
     [ -e "$f" ] && [ "$f" != "$2/watchdog.pid" ] || continue
     j=${f%.pid}; [ -s "$j.rc" ] || stop interrupted
   done
-  : > "$2/done"; finish 0;;
+  # `done` ends the watchdog at its next tick.
+  : > "$2/done"
+  set -- "$2"/*.end; [ -e "$1" ] && rm -f "$@"
+  finish 0;;
 stop) stop "$8"; outcome; finish "$rc";;
 end)
   # Every job whose name matches the pattern $3, stopped and gone; their process groups said.

@@ -301,8 +301,21 @@ impl TestUser {
     }
 }
 
+impl TestUser {
+    /// Whether a process runs as this user.
+    pub fn has_processes(&self) -> bool {
+        let found = Command::new("pgrep").args(["-u", &self.name]).output();
+        found.is_ok_and(|o| o.status.success())
+    }
+}
+
 impl Drop for TestUser {
     fn drop(&mut self) {
+        // Its sessions and the run's watchdog end within a second or so of the run's end.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && self.has_processes() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // `-f`: removed even while a session of its own is still ending.
         let _ = Command::new("userdel").args(["-f", &self.name]).status();
     }
@@ -566,17 +579,21 @@ impl Sshd {
     /// until the namespace holds nothing alive (zombies awaiting their reaper do not count).
     pub fn power_off(&mut self, netns: &Netns) {
         self.stop();
-        wait_for(Duration::from_secs(30), "every process on the host to die", || {
-            let alive = netns.live_pids();
-            for pid in &alive {
-                let kill = Command::new("kill")
-                    .args(["-9", pid])
-                    .stderr(Stdio::null())
-                    .status();
-                let _ = kill;
-            }
-            alive.is_empty()
-        });
+        wait_for(
+            Duration::from_secs(30),
+            "every process on the host to die",
+            || {
+                let alive = netns.live_pids();
+                for pid in &alive {
+                    let kill = Command::new("kill")
+                        .args(["-9", pid])
+                        .stderr(Stdio::null())
+                        .status();
+                    let _ = kill;
+                }
+                alive.is_empty()
+            },
+        );
     }
 
     /// The host in `netns` boots again: sshd starts as configured, where the kernel's boot id

@@ -16,7 +16,9 @@ mod sim_support;
 
 mod bench_cache;
 mod bench_faults;
+mod bench_lengths;
 mod bench_sim;
+mod bench_turns;
 mod config_checks;
 mod config_errors;
 mod config_yaml;

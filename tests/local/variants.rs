@@ -233,6 +233,15 @@ steps:
     )
 }
 
+/// The processes of `server` itself: job.sh's wrapper, whose arguments name it, reports the
+/// server's end and exits a moment after it, once rigrun has stopped waiting.
+fn servers_left(server: &str) -> Vec<String> {
+    processes_with(server)
+        .into_iter()
+        .filter(|p| !p.starts_with("sh -c # rigrun's detached jobs"))
+        .collect()
+}
+
 #[test]
 fn a_run_interrupted_in_its_second_variant_resumes_that_variant_only() {
     let tmp = tempfile::tempdir().unwrap();
@@ -248,13 +257,8 @@ fn a_run_interrupted_in_its_second_variant_resumes_that_variant_only() {
     crate::common::sh("kill", &["-INT", &child.id().to_string()]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
-    // The server itself; job.sh's wrapper, whose arguments name it, ends a moment after it.
-    let servers: Vec<String> = processes_with(&server)
-        .into_iter()
-        .filter(|p| !p.starts_with("sh -c # rigrun's detached jobs"))
-        .collect();
     assert_eq!(
-        servers,
+        servers_left(&server),
         Vec::<String>::new(),
         "the interrupted variant's server is left"
     );
@@ -264,7 +268,7 @@ fn a_run_interrupted_in_its_second_variant_resumes_that_variant_only() {
     let (code, stdout, stderr) = rigrun_in(dir, &["run", "--resume", run_arg, "-q"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert_eq!(
-        processes_with(&server),
+        servers_left(&server),
         Vec::<String>::new(),
         "a server is left after the resume"
     );

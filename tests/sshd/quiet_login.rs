@@ -271,3 +271,48 @@ fn a_quiet_login_shell_gets_no_warning_and_keeps_the_sftp_subsystem() {
         "SFTP did not go through the subsystem, once:\n{log}"
     );
 }
+
+/// A run that ended leaves nothing of its own on the host: closing the host ends the run's
+/// watchdog, which would otherwise poll there until the lease (2 min) ran out. The user's
+/// processes (rigrun's sessions, the watchdog) are waited for well within that lease.
+#[test]
+fn a_finished_run_leaves_no_process_on_the_host() {
+    let host = Host::new(None, "# quiet\n");
+    let (out, run_dir) = host.run();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "only the last step fails: {:?}",
+        text(&out)
+    );
+    assert!(
+        std::fs::read_to_string(run_dir.join("events.jsonl"))
+            .unwrap()
+            .contains("\"run_finished\""),
+        "the run did not end"
+    );
+    let jobs = host.user.home.join("work/.rigrun/jobs");
+    let folder = std::fs::read_dir(&jobs)
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a run's jobs folder");
+    assert!(folder.path().join("h/done").exists(), "the host was not closed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while host.user.has_processes() {
+        let ps = || sh("ps", &["-u", &host.user.name, "-o", "pid,etimes,args"]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left on the host 30 s after the run:\n{}",
+            ps()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left: Vec<_> = std::fs::read_dir(folder.path().join("h"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".end") || n == "watchdog.pid")
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "rooms or the watchdog's pid left");
+}
