@@ -151,6 +151,21 @@ impl Client {
         Ok(ServerModels { ids, max_model_len })
     }
 
+    /// `POST path` with no body (a server's control route): its status and a short excerpt
+    /// of its body, or why there was no answer.
+    pub async fn post_empty(&self, path: &str) -> Result<(u16, String), String> {
+        let url = format!("{}{path}", self.base);
+        let reply = self
+            .http
+            .send(|c| self.auth(c.post(&url)).timeout(MODELS_TIMEOUT))
+            .await
+            .result
+            .map_err(|e| format!("cannot reach {url}: {}", explain(&e)))?;
+        let status = reply.status().as_u16();
+        let body = reply.bytes().await.unwrap_or_default();
+        Ok((status, excerpt(&body)))
+    }
+
     /// Sends one request and reads its response to the end; never panics on what the server
     /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front;
     /// with `keep_text` the reply's text is kept in the outcome.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
+use super::cache::{self, CacheReset, CacheState};
 use super::client::{Client, Outcome};
 use super::goodput::Goodput;
 use super::metrics::{Asked, Collector};
@@ -63,6 +64,8 @@ pub struct LevelPlan {
     /// Turns per conversation (1: single requests) and the pause before each next turn.
     pub turns: u32,
     pub think_time: Duration,
+    /// `--reset-cache`: the route that empties the prefix cache after the warm-up.
+    pub cache_reset: Option<CacheReset>,
 }
 
 /// A phase: conversations (of one request, unless multi-turn) into `slots` slots until `stop`.
@@ -108,11 +111,14 @@ pub struct LevelResult {
     pub max_rss_bytes: u64,
     pub warmup_failed: u64,
     pub warmup_first_error: Option<String>,
+    /// The prefix cache's state when the measured requests began.
+    pub cache: CacheState,
 }
 
 /// Runs warm-up and measured phase of one level.
 pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Progress) -> LevelResult {
     let (warmup_failed, warmup_first_error) = warm_up(shared, plan, progress).await;
+    let cache = cache::before_measuring(plan.cache_reset, &shared.client).await;
     progress.measuring();
     let before = sys::usage();
     let t0 = Instant::now();
@@ -141,6 +147,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
         max_rss_bytes: after.max_rss_bytes,
         warmup_failed,
         warmup_first_error,
+        cache,
     }
 }
 

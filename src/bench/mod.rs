@@ -12,6 +12,7 @@
 //! → `display` (the stderr table and progress). `sys` (open files, CPU, memory) and `rng` serve
 //! them.
 
+mod cache;
 mod client;
 mod display;
 mod goodput;
@@ -36,6 +37,7 @@ use serde_json::{Map, Value};
 
 pub use self::workload::Api;
 
+use self::cache::CacheReset;
 use self::client::{Client, ModelsError};
 use self::display::LevelProgress;
 use self::goodput::Goodput;
@@ -153,6 +155,11 @@ pub struct BenchArgs {
     /// Without it, in a sweep of a playbook with `slo:`, the playbook's (RIGRUN_SLO).
     #[arg(long, value_name = "METRIC=LIMIT,...", value_parser = crate::config::slo::Slo::parse)]
     pub slo: Option<crate::config::slo::Slo>,
+    /// Empty the server's prefix cache after each level's warm-up, before its measured requests
+    /// (vLLM's POST /reset_prefix_cache, else SGLang's POST /flush_cache; a server with neither
+    /// is refused, exit 2). Records say "cache": "reset", or "warm" without this flag.
+    #[arg(long)]
+    pub reset_cache: bool,
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -206,6 +213,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     let stream = !args.no_stream;
     let client = Client::new(&args.url, args.api, stream, args.read_timeout)?;
     let model = pick_model(&client, &args).await?;
+    let cache_reset = if args.reset_cache {
+        Some(CacheReset::find(&client).await.map_err(Invalid)?)
+    } else {
+        None
+    };
     let seed = args.seed.unwrap_or_else(random_u64);
     let workload = Workload::new(WorkloadSpec {
         source,
@@ -222,12 +234,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     .map_err(Invalid)?;
     let info = run_info(&args, &workload, model, seed);
     let shared = Shared::new(client, workload, stream, goodput);
-    run_levels(&shared, &args, &info).await
+    run_levels(&shared, &args, &info, cache_reset).await
 }
 
 /// Runs every level in turn, printing each one's line and row as it ends. Ctrl-C ends the run
 /// with the table of the levels measured so far (the level cut short is not a level: exit 1).
-async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> anyhow::Result<Exit> {
+async fn run_levels(
+    shared: &Arc<Shared>,
+    args: &BenchArgs,
+    info: &RunInfo,
+    cache_reset: Option<CacheReset>,
+) -> anyhow::Result<Exit> {
     eprintln!("{}", intro(&shared.client, info));
     let header = display::header(shared.goodput.is_some());
     eprintln!("{header}");
@@ -236,7 +253,8 @@ async fn run_levels(shared: &Arc<Shared>, args: &BenchArgs, info: &RunInfo) -> a
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
     for (n, &concurrency) in args.concurrency.iter().enumerate() {
-        let level = run_level(shared, args, info, concurrency, info.seed ^ n as u64);
+        let seed = info.seed ^ n as u64;
+        let level = run_level(shared, args, info, (concurrency, seed), cache_reset);
         let summary = tokio::select! {
             summary = level => summary,
             _ = &mut interrupt => {
@@ -424,8 +442,8 @@ async fn run_level(
     shared: &Arc<Shared>,
     args: &BenchArgs,
     info: &RunInfo,
-    concurrency: u32,
-    seed: u64,
+    (concurrency, seed): (u32, u64),
+    cache_reset: Option<CacheReset>,
 ) -> Summary {
     let c = u64::from(concurrency);
     let turns = u64::from(args.turns);
@@ -442,6 +460,7 @@ async fn run_level(
         seed,
         turns: args.turns,
         think_time: args.think_time,
+        cache_reset,
     };
     let measured = match stop {
         Stop::After(n) => Some(n * turns),

@@ -70,6 +70,8 @@ pub struct Summary {
     pub good: Option<u64>,
     /// Per turn of multi-turn conversations (empty for single requests).
     pub per_turn: Vec<TurnSummary>,
+    /// The prefix cache's state when measuring began: `reset` or `warm` (`cache` in the record).
+    pub cache: &'static str,
 }
 
 impl Summary {
@@ -102,6 +104,8 @@ impl Summary {
             cores_used,
             cores,
         };
+        let mut problems = validity::problems(&evidence);
+        problems.extend(result.cache.problem());
         Summary {
             concurrency,
             rate: plan.rate,
@@ -111,7 +115,7 @@ impl Summary {
             },
             warmup: plan.warmup,
             warmup_failed: result.warmup_failed,
-            problems: validity::problems(&evidence),
+            problems,
             counts: evidence.counts,
             duration: result.duration.as_secs_f64(),
             peak,
@@ -132,6 +136,7 @@ impl Summary {
                 1 => Vec::new(),
                 _ => c.by_turn.summaries(),
             },
+            cache: result.cache.name(),
         }
     }
 
@@ -228,6 +233,7 @@ impl Summary {
         m.insert("request_rate".into(), json!(self.rate));
         m.insert("num_prompts".into(), json!(self.num_prompts));
         m.insert("warmup".into(), self.warmup.into());
+        m.insert("cache".into(), self.cache.into());
     }
 
     /// Counts and throughputs.

@@ -42,6 +42,8 @@ const PARAMETERS: &[&str] = &[
     "unique_prefix",
     "ignore_eos",
     "warmup",
+    // rigrun bench's prefix-cache state when measuring began (`reset` or `warm`).
+    "cache",
 ];
 
 /// How a run's own id reads in its commands once masked, so that runs compare.
@@ -172,6 +174,20 @@ mod tests {
             json!({"output_len": 32}),
         );
         assert_eq!(differs((&a, "r1"), (&b, "r2")), None);
+    }
+
+    /// A cold prefix cache is another workload than a warm one; a record from before bench
+    /// said so compares on what both carry.
+    #[test]
+    fn a_reset_cache_differs_from_a_warm_one() {
+        let warm = record("bench", json!({"output_len": 32, "cache": "warm"}));
+        let reset = record("bench --reset-cache", json!({"output_len": 32, "cache": "reset"}));
+        let old = record("bench", json!({"output_len": 32}));
+        assert_eq!(
+            differs((&warm, "r1"), (&reset, "r2")).unwrap(),
+            "cache warm → reset"
+        );
+        assert_eq!(differs((&old, "r1"), (&warm, "r2")), None);
     }
 
     #[test]

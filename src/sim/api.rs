@@ -92,7 +92,7 @@ impl ServedModel {
     }
 
     /// 404 unless `requested` (when given) is this model.
-    fn check(&self, requested: Option<&str>) -> Result<(), ApiError> {
+    pub fn check(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {
             Some(name) if name != self.id => {
                 Err(ApiError::not_found(format!("The model `{name}` does not exist.")))
@@ -240,8 +240,9 @@ struct ChatBody {
     options: Options,
 }
 
+/// A chat message: its role and content.
 #[derive(Debug, Deserialize)]
-struct Message {
+pub struct Message {
     role: String,
     #[serde(default)]
     content: Option<Content>,
@@ -290,13 +291,7 @@ pub fn parse_chat(body: &[u8], served: &ServedModel) -> Result<Generation, ApiEr
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty"));
     }
-    let texts: Vec<String> = req.messages.iter().map(Message::text).collect();
-    let ids = tokens::chat_ids(
-        req.messages
-            .iter()
-            .map(|m| m.role.as_str())
-            .zip(texts.iter().map(String::as_str)),
-    );
+    let ids = chat_prompt_ids(&req.messages);
     let room = served.max_model_len.saturating_sub(ids.len() as u32).max(1);
     let max_tokens = req
         .max_completion_tokens
@@ -310,8 +305,19 @@ pub fn parse_chat(body: &[u8], served: &ServedModel) -> Result<Generation, ApiEr
     )
 }
 
+/// The prompt's token ids of a chat, by the rule (ChatML frames and the reply header).
+pub fn chat_prompt_ids(messages: &[Message]) -> Vec<u32> {
+    let texts: Vec<String> = messages.iter().map(Message::text).collect();
+    tokens::chat_ids(
+        messages
+            .iter()
+            .map(|m| m.role.as_str())
+            .zip(texts.iter().map(String::as_str)),
+    )
+}
+
 /// Deserialises JSON, turning any failure into a 400 that quotes serde's reason.
-fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+pub fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
 }
 
@@ -612,10 +618,11 @@ impl ChunkWriter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn served() -> ServedModel {
+    /// A served model `m` of 100 tokens of context, for the tests of the wire format.
+    pub(in crate::sim) fn served() -> ServedModel {
         ServedModel {
             id: "m".into(),
             owned_by: "rigrun".into(),

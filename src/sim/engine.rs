@@ -10,7 +10,11 @@
 //! time to first token.
 //!
 //! A scheduler that crashed on purpose (`--crash-*`) ends the process from this thread.
+//!
+//! The thread also keeps the request histograms of `/metrics` ([`Latencies`]): each token's
+//! time is its step's deadline, and the clock records them as it delivers.
 
+use std::cell::Cell;
 use std::io::Write as _;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::crash::{Crash, CRASH_EXIT_CODE};
+use super::latency::{Latencies, RequestClock};
 use super::scheduler::{EngineStats, JobSpec, Progress, Scheduler};
 
 /// Where a request's progress goes: the HTTP handler's channel, tagged with the choice index.
@@ -28,20 +33,33 @@ pub struct Sink {
     choice: u32,
     /// Report every token (streaming) or only the last one.
     every_token: bool,
+    /// The request's timing so far, for the histograms.
+    clock: Cell<RequestClock>,
 }
 
 impl Sink {
-    /// A sink for choice `choice` of a request, sending on `tx`.
-    pub fn new(tx: UnboundedSender<(u32, Progress)>, choice: u32, every_token: bool) -> Self {
+    /// A sink for choice `choice` of a request, sending on `tx`; `clock` says when the request
+    /// was received and how long its prompt is.
+    pub fn new(
+        tx: UnboundedSender<(u32, Progress)>,
+        choice: u32,
+        every_token: bool,
+        clock: RequestClock,
+    ) -> Self {
         Self {
             tx,
             choice,
             every_token,
+            clock: Cell::new(clock),
         }
     }
 
-    /// Passes progress on; a closed channel is noticed by [`Sink::is_gone`].
-    fn deliver(&self, progress: Progress) {
+    /// Records the progress made at `at` in `latencies` and passes it on; a closed channel is
+    /// noticed by [`Sink::is_gone`].
+    fn deliver(&self, progress: Progress, at: Instant, latencies: &mut Latencies) {
+        let mut clock = self.clock.get();
+        latencies.record(&mut clock, progress.generated, progress.done, at);
+        self.clock.set(clock);
         if self.every_token || progress.done {
             let _ = self.tx.send((self.choice, progress));
         }
@@ -51,6 +69,13 @@ impl Sink {
     fn is_gone(&self) -> bool {
         self.tx.is_closed()
     }
+}
+
+/// What the HTTP side asks of the engine thread.
+enum Message {
+    Submit(Submission),
+    /// Empty the prefix cache, then answer whether there is one.
+    ResetPrefixCache(tokio::sync::oneshot::Sender<bool>),
 }
 
 /// A request handed to the engine.
@@ -69,20 +94,25 @@ pub struct EngineStopped;
 /// Handle to the engine thread; cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    tx: mpsc::Sender<Submission>,
+    tx: mpsc::Sender<Message>,
     stats: Arc<Mutex<EngineStats>>,
+    latencies: Arc<Mutex<Latencies>>,
 }
 
 impl Engine {
-    /// Starts the clock thread around `scheduler`.
-    pub fn start(scheduler: Scheduler<Sink>) -> std::io::Result<Self> {
+    /// Starts the clock thread around `scheduler`, recording into `latencies`.
+    pub fn start(scheduler: Scheduler<Sink>, latencies: Latencies) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(EngineStats::default()));
-        let thread_stats = Arc::clone(&stats);
+        let latencies = Arc::new(Mutex::new(latencies));
+        let shared = Shared {
+            stats: Arc::clone(&stats),
+            latencies: Arc::clone(&latencies),
+        };
         std::thread::Builder::new()
             .name("rigrun-sim-clock".into())
-            .spawn(move || run_clock(scheduler, &rx, &thread_stats))?;
-        Ok(Self { tx, stats })
+            .spawn(move || run_clock(scheduler, &rx, &shared))?;
+        Ok(Self { tx, stats, latencies })
     }
 
     /// Queues a request that reached the server at `arrived`; its progress goes to `sink`. A
@@ -90,8 +120,22 @@ impl Engine {
     /// done (callers validate lengths first).
     pub fn submit(&self, spec: JobSpec, sink: Sink, arrived: Instant) -> Result<(), EngineStopped> {
         self.tx
-            .send(Submission { spec, sink, arrived })
+            .send(Message::Submit(Submission { spec, sink, arrived }))
             .map_err(|_| EngineStopped)
+    }
+
+    /// Empties the prefix cache between steps; says whether the profile has one.
+    pub async fn reset_prefix_cache(&self) -> Result<bool, EngineStopped> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Message::ResetPrefixCache(tx))
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+
+    /// Runs `read` on the request histograms as they are now.
+    pub fn with_latencies<R>(&self, read: impl FnOnce(&Latencies) -> R) -> R {
+        read(&self.latencies.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The scheduler's gauges and counters after the last step.
@@ -100,19 +144,27 @@ impl Engine {
     }
 }
 
+/// What the clock thread writes for the HTTP side.
+struct Shared {
+    stats: Arc<Mutex<EngineStats>>,
+    latencies: Arc<Mutex<Latencies>>,
+}
+
 /// The clock loop: ends when every handle is dropped and no request is left.
-fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, stats: &Mutex<EngineStats>) {
+fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Message>, shared: &Shared) {
     let anchor = Instant::now();
     let mut now = Duration::ZERO;
     let mut pacer = Pacer::default();
     loop {
         if scheduler.is_idle() {
             let Ok(first) = rx.recv() else { return };
-            now = now.max(first.arrived.saturating_duration_since(anchor));
-            accept(&mut scheduler, first);
+            if let Message::Submit(submission) = &first {
+                now = now.max(submission.arrived.saturating_duration_since(anchor));
+            }
+            handle(&mut scheduler, first);
         }
         while let Ok(next) = rx.try_recv() {
-            accept(&mut scheduler, next);
+            handle(&mut scheduler, next);
         }
         scheduler.cancel_where(Sink::is_gone);
         let step = scheduler.plan_step();
@@ -121,10 +173,22 @@ fn run_clock(mut scheduler: Scheduler<Sink>, rx: &mpsc::Receiver<Submission>, st
         }
         if let Some(step_ns) = step {
             now += Duration::from_nanos(step_ns);
-            pacer.wait_until(anchor + now);
-            scheduler.finish_step(|sink, progress| sink.deliver(progress));
+            let deadline = anchor + now;
+            pacer.wait_until(deadline);
+            let mut latencies = shared.latencies.lock().unwrap_or_else(PoisonError::into_inner);
+            scheduler.finish_step(|sink, progress| sink.deliver(progress, deadline, &mut latencies));
         }
-        *stats.lock().unwrap_or_else(PoisonError::into_inner) = scheduler.stats();
+        *shared.stats.lock().unwrap_or_else(PoisonError::into_inner) = scheduler.stats();
+    }
+}
+
+/// Acts on one message from the HTTP side.
+fn handle(scheduler: &mut Scheduler<Sink>, message: Message) {
+    match message {
+        Message::Submit(submission) => accept(scheduler, submission),
+        Message::ResetPrefixCache(reply) => {
+            let _ = reply.send(scheduler.reset_prefix_cache());
+        }
     }
 }
 

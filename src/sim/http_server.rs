@@ -17,7 +17,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use super::api::{self, ApiError, ChunkWriter, Generation, ResponseMeta, ServedModel, Usage};
 use super::engine::{Engine, Sink};
 use super::jitter::Jitter;
+use super::latency::RequestClock;
 use super::metrics_endpoint::Names;
+use super::perf::repetitiveness;
 use super::power::GpuModel;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
@@ -38,6 +40,8 @@ pub struct AppState {
     kv_capacity: u64,
     /// Whether it models speculative decoding (its metrics are then served too).
     speculative: bool,
+    /// Whether speculation's acceptance follows the prompt's repetitiveness.
+    acceptance_by_content: bool,
     /// The simulated GPUs behind `/dcgm-exporter/metrics`.
     gpu: Option<GpuModel>,
     /// Source of response ids.
@@ -64,6 +68,10 @@ impl AppState {
             names,
             kv_capacity: profile.limits.kv_capacity,
             speculative: profile.perf.speculative.is_some(),
+            acceptance_by_content: profile
+                .perf
+                .speculative
+                .is_some_and(|s| s.repetitive_acceptance.is_some()),
             gpu: profile.gpu.clone(),
             next_id: AtomicU64::new(mix(created)),
             jitter,
@@ -89,13 +97,20 @@ fn unix_time() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The server's routes.
+/// The server's routes; the prefix-cache reset is vLLM's or SGLang's, by `--metrics-names`.
 pub fn router(state: Arc<AppState>) -> Router {
+    let reset = match state.names {
+        Names::Vllm => Router::new().route("/reset_prefix_cache", post(reset_prefix_cache)),
+        Names::Sglang => Router::new().route("/flush_cache", get(flush_cache).post(flush_cache)),
+    };
     Router::new()
+        .merge(reset)
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/tokenize", post(tokenize))
+        .route("/v1/tokenize", post(tokenize))
         .route("/metrics", get(metrics))
         .route("/dcgm-exporter/metrics", get(dcgm))
         .route("/version", get(version))
@@ -124,6 +139,35 @@ async fn chat_completions(State(app): State<Arc<AppState>>, body: Bytes) -> Resp
     respond(api::parse_chat(&body, &app.served), arrived, &app).await
 }
 
+/// `POST /tokenize`: vLLM's, SGLang's or llama.cpp's, by the body (see `tokenize.rs`).
+async fn tokenize(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    match super::tokenize::reply(&body, &app.served, app.names) {
+        Ok(reply) => Json(reply).into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// vLLM's `POST /reset_prefix_cache`: empties the prefix cache, answers 200 with no body.
+async fn reset_prefix_cache(State(app): State<Arc<AppState>>) -> Response {
+    match app.engine.reset_prefix_cache().await {
+        Ok(_) => StatusCode::OK.into_response(),
+        Err(stopped) => internal(&stopped.to_string()).into_response(),
+    }
+}
+
+/// SGLang's `/flush_cache` (GET or POST): empties the prefix cache, answers SGLang's text.
+async fn flush_cache(State(app): State<Arc<AppState>>) -> Response {
+    match app.engine.reset_prefix_cache().await {
+        Ok(_) => (
+            StatusCode::OK,
+            "Cache flushed.\nPlease check backend logs for more details. (When there are running \
+             or waiting requests, the operation will not be performed.)\n",
+        )
+            .into_response(),
+        Err(stopped) => internal(&stopped.to_string()).into_response(),
+    }
+}
+
 async fn not_found(uri: Uri) -> ApiError {
     ApiError::not_found(format!("Not Found: {}", uri.path()))
 }
@@ -143,7 +187,10 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         kv_capacity: app.kv_capacity,
         speculative: app.speculative,
     };
-    let text = super::metrics_endpoint::exposition(app.names, &state, &app.served.id);
+    let mut text = super::metrics_endpoint::exposition(app.names, &state, &app.served.id);
+    let labels = format!("model_name={}", serde_json::Value::from(app.served.id.as_str()));
+    app.engine
+        .with_latencies(|latencies| latencies.write(&labels, &mut text));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
@@ -170,7 +217,7 @@ async fn respond(parsed: Result<Generation, ApiError>, arrived: Instant, app: &A
 }
 
 /// Submits every choice of `request` to the engine and answers, streamed or whole.
-async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Result<Response, ApiError> {
+async fn generate(request: Generation, received: Instant, app: &AppState) -> Result<Response, ApiError> {
     let outputs: Vec<Completion> = (0..request.prompts.len())
         .map(|i| request.plan(i, app.natural_length))
         .collect();
@@ -180,7 +227,7 @@ async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Resu
             tokio::time::sleep(jitter.next_delay()).await;
             Instant::now()
         }
-        None => arrived,
+        None => received,
     };
     let (tx, rx) = unbounded_channel();
     for (choice, (prompt, output)) in request.prompts.iter().zip(&outputs).enumerate() {
@@ -192,9 +239,15 @@ async fn generate(request: Generation, arrived: Instant, app: &AppState) -> Resu
                 .unwrap_or_default(),
             output_tokens: output.tokens(),
             max_tokens: prompt.max_tokens,
+            repetitiveness: if app.acceptance_by_content {
+                repetitiveness(&prompt.ids)
+            } else {
+                0.0
+            },
         };
         // Choices are indexed by u32 on the wire between engine and handler.
-        let sink = Sink::new(tx.clone(), choice as u32, request.stream);
+        let clock = RequestClock::new(received, spec.prompt_tokens);
+        let sink = Sink::new(tx.clone(), choice as u32, request.stream, clock);
         app.engine
             .submit(spec, sink, arrived)
             .map_err(|e| internal(&e.to_string()))?;

@@ -8,6 +8,7 @@ mod crash;
 mod engine;
 mod http_server;
 mod jitter;
+mod latency;
 mod metrics_endpoint;
 mod perf;
 mod power;
@@ -15,6 +16,7 @@ mod predict;
 mod prefix_cache;
 mod profile;
 mod scheduler;
+mod tokenize;
 mod tokens;
 
 use std::sync::Arc;
@@ -84,6 +86,11 @@ pub struct SimArgs {
         requires = "speculative_tokens"
     )]
     pub acceptance: f64,
+    /// With --speculative-tokens: make acceptance follow the prompt's content, from --acceptance
+    /// for text that never repeats itself up to Q for a wholly repetitive prompt (such as
+    /// catid's one repeated token), by the share of the prompt's 3-token runs seen before in it.
+    #[arg(long, value_name = "Q", requires = "speculative_tokens")]
+    pub repetitive_acceptance: Option<f64>,
     /// Delay each request by a random time before it reaches the engine, uniform between 0 and
     /// twice this mean (e.g. 20ms): run-to-run noise of a known size, for checking repeated
     /// measurements and the statistics on them.
@@ -129,9 +136,16 @@ pub async fn run(args: SimArgs) -> anyhow::Result<Exit> {
                 args.acceptance
             )));
         }
+        if let Some(q) = args.repetitive_acceptance.filter(|q| !(*q > 0.0 && *q <= 1.0)) {
+            bail!(Invalid(format!(
+                "--repetitive-acceptance {q}: a draft token's chance of acceptance is above 0 and \
+                 at most 1"
+            )));
+        }
         profile.perf.speculative = Some(perf::Speculative {
             tokens,
             acceptance: args.acceptance,
+            repetitive_acceptance: args.repetitive_acceptance,
         });
     }
     let crash = crash_rule(&args, &profile)?;
@@ -232,7 +246,8 @@ async fn serve(profile: &Profile, (host, port): (&str, u16), serving: Serving) -
     let address = listener.local_addr()?;
     let mut scheduler = profile.scheduler();
     scheduler.crash_when(serving.crash);
-    let engine = Engine::start(scheduler).context("cannot start the simulated engine")?;
+    let latencies = latency::Latencies::new(serving.names, profile.max_model_len);
+    let engine = Engine::start(scheduler, latencies).context("cannot start the simulated engine")?;
     let state = http_server::AppState::new(profile, engine, serving.names, serving.jitter);
     let app = http_server::router(Arc::new(state));
     eprintln!(

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use super::perf::repetitiveness;
 use super::prefix_cache::block_hashes;
 use super::profile::Profile;
 use super::scheduler::{JobSpec, Scheduler};
@@ -44,6 +45,7 @@ pub fn predict(profile: &Profile, concurrency: usize, input_len: u32, output_len
             .unwrap_or_default(),
         output_tokens: output_len.max(1),
         max_tokens: output_len.max(1),
+        repetitiveness: repetitiveness(&prompt),
     };
     let mut scheduler = profile.scheduler();
     let mut now = 0;

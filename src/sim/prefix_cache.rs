@@ -80,6 +80,12 @@ impl PrefixCache {
         }
     }
 
+    /// Forgets every block, as vLLM's `/reset_prefix_cache` and SGLang's `/flush_cache` do.
+    pub fn clear(&mut self) {
+        self.last_use.clear();
+        self.by_age.clear();
+    }
+
     /// Marks `hash` as used now.
     fn touch(&mut self, hash: u64) {
         self.tick += 1;
@@ -125,6 +131,16 @@ mod tests {
         let longer = block_hashes(&[1; 9], 4);
         assert_eq!(cache.lookup_prompt(&longer, 9), 8);
         assert_eq!(cache.lookup_prompt(&exact[..1], 4), 0);
+    }
+
+    #[test]
+    fn clearing_forgets_every_block() {
+        let mut cache = PrefixCache::new(2, 100);
+        let hashes = block_hashes(&[1, 2, 3, 4, 5], 2);
+        cache.insert(&hashes);
+        assert_eq!(cache.lookup_prompt(&hashes, 5), 4);
+        cache.clear();
+        assert_eq!(cache.lookup_prompt(&hashes, 5), 0);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct JobSpec {
     pub output_tokens: u32,
     /// Output tokens it may generate, reserved in the KV cache.
     pub max_tokens: u32,
+    /// How repetitive its prompt is (0 to 1), which speculation's acceptance may follow.
+    pub repetitiveness: f64,
 }
 
 impl JobSpec {
@@ -341,6 +343,12 @@ impl<S> Scheduler<S> {
         }
     }
 
+    /// Empties the prefix cache (requests already prefilling keep what they found); says
+    /// whether there is one.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.cache.as_mut().map(PrefixCache::clear).is_some()
+    }
+
     /// Current gauges and counters.
     pub fn stats(&self) -> EngineStats {
         EngineStats {
@@ -375,6 +383,7 @@ fn start_prefill<S>(job: &mut Job<S>, cache: Option<&mut PrefixCache>, stats: &m
 /// A decoding step's accepted draft tokens for `job` under `spec`: the expected acceptance
 /// added to its credit, whole tokens taken from it (never past the job's output), and counted.
 fn accept_drafts(job: &mut Job<impl Sized>, spec: Speculative, stats: &mut EngineStats) -> u32 {
+    let spec = spec.for_prompt(job.spec.repetitiveness);
     job.spec_credit += spec.expected_accepted();
     let left = job.spec.output_tokens.saturating_sub(job.generated + 1);
     let accepted = (job.spec_credit.floor() as u32).min(spec.tokens).min(left);
@@ -414,6 +423,7 @@ mod tests {
             block_hashes: vec![],
             output_tokens: output,
             max_tokens: output,
+            repetitiveness: 0.0,
         }
     }
 
@@ -633,6 +643,7 @@ mod tests {
         s.perf.speculative = Some(Speculative {
             tokens: 2,
             acceptance: 0.5,
+            repetitive_acceptance: None,
         });
         s.submit(spec(10, 6), 1).unwrap();
         let generated = |out: Vec<(u32, Progress)>| out[0].1.generated;

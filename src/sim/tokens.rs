@@ -7,8 +7,10 @@
 //! - a chat adds 5 tokens per message (`<|im_start|>`, role, newline, `<|im_end|>`, newline)
 //!   plus 3 for the assistant reply header, as ChatML templates do.
 //!
-//! Output is a fixed word sequence per request seed; the seed hashes the prompt's token ids
-//! (and the request's `seed` field), so the same request always gets the same text.
+//! Output is a fixed sequence of 4-byte pieces per request seed (the seed hashes the prompt's
+//! token ids and the request's `seed` field), so the same request always gets the same text, and
+//! a client that counts the text by the rule gets the usage's `completion_tokens` (less the EOS
+//! token, which has no text, and the tokens a stop string cut off).
 
 /// Vocabulary size token ids are reduced to (Qwen's).
 const VOCAB_SIZE: u64 = 151_936;
@@ -21,72 +23,15 @@ const NEWLINE: u32 = 198;
 /// Bytes of text per counted token.
 const BYTES_PER_TOKEN: usize = 4;
 
-/// The words generated tokens are drawn from: plain ASCII, so they need no JSON escaping.
+/// The pieces generated tokens are drawn from: plain ASCII (no JSON escaping), each exactly
+/// [`BYTES_PER_TOKEN`] bytes, so that a reply's text counts, by the rule above, exactly as many
+/// tokens as it has pieces.
 const WORDS: [&str; 64] = [
-    " the",
-    " model",
-    " runs",
-    " on",
-    " a",
-    " GPU",
-    " and",
-    " serves",
-    " tokens",
-    " to",
-    " every",
-    " request",
-    " in",
-    " its",
-    " batch",
-    ".",
-    " Each",
-    " step",
-    " reads",
-    " the",
-    " weights",
-    " once",
-    ",",
-    " so",
-    " larger",
-    " batches",
-    " share",
-    " that",
-    " cost",
-    " while",
-    " the",
-    " cache",
-    " holds",
-    " keys",
-    " and",
-    " values",
-    " for",
-    " all",
-    " running",
-    " sequences",
-    ".",
-    " Prefill",
-    " computes",
-    " the",
-    " prompt",
-    " in",
-    " chunks",
-    ",",
-    " then",
-    " decode",
-    " emits",
-    " one",
-    " token",
-    " per",
-    " step",
-    " until",
-    " the",
-    " end",
-    " of",
-    " output",
-    ".",
-    " Throughput",
-    " grows",
-    ".",
+    " the", " GPU", " and", " for", " all", " its", " one", " per", " new", " run", " can", " has", " low",
+    " may", " set", " big", " end", " few", " key", " use", " now", " how", " not", " are", " was", " our",
+    " out", " two", " way", " see", " own", " get", " the", " far", " yet", " off", " top", " add", " job",
+    " fit", " the", " cut", " put", " due", " sum", " bit", " map", " row", " log", " mix", ". It", ", so",
+    ". We", ", as", " the", " and", ". In", " bus", " box", " sky", " day", " the", " KV,", " end",
 ];
 
 /// SplitMix64 finaliser: a fast, well-mixed, platform-independent 64-bit hash step.
@@ -104,6 +49,18 @@ fn content_ids(text: &str) -> impl Iterator<Item = u32> + '_ {
         // The remainder is below VOCAB_SIZE, so it fits in u32.
         (mix(word) % VOCAB_SIZE) as u32
     })
+}
+
+/// Tokens a text counts by the rule (one per 4 bytes, rounded up; 0 for an empty text): what a
+/// client that follows the documented rule computes for a prompt's text or a reply's.
+#[cfg(test)]
+pub fn count_text(text: &str) -> usize {
+    text.len().div_ceil(BYTES_PER_TOKEN)
+}
+
+/// Token ids of a text by the rule, empty for an empty text (llama.cpp's `/tokenize`).
+pub fn text_ids(text: &str) -> Vec<u32> {
+    content_ids(text).collect()
 }
 
 /// Token ids of a completion prompt given as text: at least one token.
@@ -323,8 +280,11 @@ mod tests {
     #[test]
     fn stop_string_cuts_the_text_before_it() {
         let full = Completion::plan(11, 200, 0, None, &[]);
-        let stop = " step".to_string();
-        let at = full.text().find(&stop).expect("the vocabulary has ' step'");
+        let stop = full.piece(10, 11).to_string();
+        let at = full
+            .text()
+            .find(&stop)
+            .expect("the 11th token's text is in the text");
         let c = Completion::plan(11, 200, 0, None, std::slice::from_ref(&stop));
         assert_eq!(c.text(), &full.text()[..at]);
         assert_eq!(c.finish, FinishReason::Stop);
@@ -368,6 +328,28 @@ mod tests {
             assert_eq!(n, natural_length(seed, 8, 64));
         }
         assert_eq!(natural_length(3, 10, 10), 10);
+    }
+
+    /// A client counting the reply's text by the rule gets the usage's count: every piece is
+    /// one token's worth of bytes (without EOS or stop strings, which the docs set apart).
+    #[test]
+    fn a_reply_counts_its_tokens_under_the_rule() {
+        for seed in 0..200 {
+            for n in [1, 2, 7, 100, 1000] {
+                let c = Completion::plan(seed, n, 0, None, &[]);
+                assert_eq!(
+                    count_text(c.text()),
+                    c.tokens() as usize,
+                    "seed {seed}, {n} tokens"
+                );
+                assert_eq!(prompt_ids(c.text()).len(), c.tokens() as usize);
+            }
+        }
+        let with_eos = Completion::plan(3, 50, 0, Some(20), &[]);
+        assert_eq!(count_text(with_eos.text()), 19, "the EOS token has no text");
+        for w in WORDS {
+            assert_eq!(w.len(), BYTES_PER_TOKEN, "{w:?}");
+        }
     }
 
     #[test]

@@ -357,3 +357,22 @@ fn verify_all_answered(sim_flags: &[&str], steps: usize) {
 fn verify_server_its_smoke_and_facts_lose_nothing_when_the_server_closes_after_every_response() {
     verify_all_answered(&["--close-after-response"], 20);
 }
+
+/// `--reset-cache` against a server with neither vLLM's nor SGLang's reset route: refused up
+/// front (exit 2) with one line naming the server and what to do, never a silent skip.
+#[test]
+fn reset_cache_is_refused_by_a_server_that_cannot_reset() {
+    let url = format!("{}/good", fault_server());
+    let run = bench(&url, &["--concurrency", "1", "--reset-cache"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.records.is_empty());
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "error: --reset-cache: {url} serves neither vLLM's POST /reset_prefix_cache nor \
+             SGLang's POST /flush_cache, so its prefix cache cannot be emptied between levels; \
+             for vLLM, start it with VLLM_SERVER_DEV_MODE=1 (which serves /reset_prefix_cache), \
+             or leave out --reset-cache (the records then say \"cache\": \"warm\")"
+        )
+    );
+}

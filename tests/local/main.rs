@@ -14,6 +14,7 @@ mod server_support;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
+mod bench_cache;
 mod bench_faults;
 mod bench_lengths;
 mod bench_sim;
@@ -39,6 +40,7 @@ mod resume;
 mod schema;
 mod server_dies;
 mod shipped_playbooks;
+mod sim_clients;
 mod sim_crash;
 mod sim_http;
 mod sim_model;
