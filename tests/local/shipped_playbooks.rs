@@ -165,3 +165,90 @@ fn the_shipped_chat_prompts_are_a_workload_rigrun_bench_runs() {
     // Real prompts of tens of words each, not a handful of tokens.
     assert!(r["total_input_tokens"].as_u64().unwrap() >= 10 * 20, "{r:#}");
 }
+
+/// Runs a shipped playbook for `gpu` hosts on one local host measuring a fresh `rigrun sim`
+/// (vLLM's names), with `extra` arguments (`-e`, `--only`); returns its records.
+fn run_on_a_sim(playbook: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let sim = crate::sim_support::Sim::start("tiny", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let inventory = format!(
+        "vars: {{server_url: \"{}\", model: rigrun/tiny, kv_capacity_tokens: 1000000}}\n\
+         hosts:\n  sim: {{connection: local, workdir: {}}}\ngroups:\n  gpu: [sim]\n",
+        sim.base,
+        tmp.path().join("work").display()
+    );
+    std::fs::write(tmp.path().join("hosts.yaml"), inventory).unwrap();
+    let playbook = repo().join(playbook);
+    let runs = tmp.path().join("runs");
+    let mut args = vec![
+        "run",
+        playbook.to_str().unwrap(),
+        "-i",
+        "hosts.yaml",
+        "--runs-dir",
+        runs.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend(extra);
+    let out = run_rigrun(tmp.path(), &args);
+    assert!(out.status.success(), "{playbook:?}: {:?}", text(&out));
+    records(&only_run_dir(&runs))
+}
+
+/// The chat workload sends text with drawn lengths after emptying the prefix cache, and says so.
+#[test]
+fn the_chat_workload_draws_its_lengths_and_resets_the_cache() {
+    let records = run_on_a_sim(
+        "playbooks/chat-workload.yaml",
+        &["--only", "concurrency=4", "-e", "output_len=16"],
+    );
+    let sweep: Vec<_> = records
+        .iter()
+        .filter(|r| r["point"]["concurrency"] == 4)
+        .collect();
+    assert_eq!(sweep.len(), 1, "{records:?}");
+    let m = &sweep[0]["metrics"];
+    assert_eq!(sweep[0]["status"], "ok", "{m}");
+    assert_eq!(
+        (&m["cache"], &m["input_dist"], &m["output_dist"], &m["seed"]),
+        (
+            &serde_json::json!("reset"),
+            &serde_json::json!("normal:sd=256"),
+            &serde_json::json!("uniform:ratio=0.5"),
+            &serde_json::json!(1)
+        ),
+        "{m}"
+    );
+}
+
+/// The multi-turn playbook's later turns resend the conversation and hit the prefix cache.
+#[test]
+fn the_multi_turn_playbook_measures_each_turn_and_its_cache_hits() {
+    let records = run_on_a_sim(
+        "playbooks/multi-turn.yaml",
+        &[
+            "--only",
+            "concurrency=1",
+            "-e",
+            "turns=2",
+            "-e",
+            "think_time=0s",
+            "-e",
+            "output_len=16",
+        ],
+    );
+    let sweep: Vec<_> = records
+        .iter()
+        .filter(|r| r["point"]["concurrency"] == 1)
+        .collect();
+    assert_eq!(sweep.len(), 1, "{records:?}");
+    let per_turn = sweep[0]["metrics"]["per_turn"].as_array().expect("per_turn");
+    assert_eq!(per_turn.len(), 2, "{per_turn:?}");
+    let cached = |t: usize| per_turn[t]["mean_cached_tokens"].as_f64().unwrap_or(0.0);
+    let input = |t: usize| per_turn[t]["mean_input_tokens"].as_f64().unwrap();
+    assert!(input(1) > input(0) + 256.0, "turn 2 resends turn 1: {per_turn:?}");
+    assert!(
+        cached(1) >= 256.0,
+        "turn 2's history comes from the cache: {per_turn:?}"
+    );
+}
