@@ -243,6 +243,7 @@ mod tests {
             problems: vec!["1 of 20 requests failed (http_500: 1)".into()],
             good: None,
             per_turn: Vec::new(),
+            lateness: None,
         };
         let lines = row(&summary);
         let cells: Vec<&str> = lines[0].split_whitespace().collect();

@@ -17,6 +17,7 @@ mod sim_support;
 mod bench_faults;
 mod bench_lengths;
 mod bench_sim;
+mod bench_trace;
 mod bench_turns;
 mod config_checks;
 mod config_errors;
