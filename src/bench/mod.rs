@@ -57,7 +57,8 @@ with ignore_eos, streamed. Latencies count from when each request was due, so ti
 client is included.
 
 Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
-honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU.
+honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU, \
+a --trace replay sent later than its timestamps (p99 lateness above 10 ms, or half the trace's mean gap).
 
 With --slo p99_ttft_ms=2000,median_tpot_ms=50, each line also carries `good_requests` and `goodput` \
 (requests per second whose own TTFT, TPOT and E2EL met every limit, judged per request).
