@@ -244,6 +244,7 @@ mod tests {
             good: None,
             per_turn: Vec::new(),
             cache: "warm",
+            lateness: None,
         };
         let lines = row(&summary);
         let cells: Vec<&str> = lines[0].split_whitespace().collect();

@@ -7,6 +7,9 @@
 //!
 //! With `--turns N` a slot holds a whole conversation: N requests in turn, each due when the
 //! previous reply ended plus the think time, each resending the history (see `Workload::turn`).
+//!
+//! With `--trace` request n is the trace's line n, due at its timestamp (see `trace`); C then caps
+//! the requests in flight (a replay without `--concurrency` has a slot for every line).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use super::goodput::Goodput;
 use super::metrics::{Asked, Collector};
 use super::rng::Rng;
 use super::sys;
+use super::trace::Trace;
 use super::workload::Workload;
 
 /// What every request of a run shares.
@@ -66,6 +70,8 @@ pub struct LevelPlan {
     pub think_time: Duration,
     /// `--reset-cache`: the route that empties the prefix cache after the warm-up.
     pub cache_reset: Option<CacheReset>,
+    /// Replaying the workload's trace at this speed factor (None: not a replay).
+    pub replay: Option<f64>,
 }
 
 /// A phase: conversations (of one request, unless multi-turn) into `slots` slots until `stop`.
@@ -77,6 +83,7 @@ struct Phase {
     seed: u64,
     turns: u32,
     think_time: Duration,
+    replay: Option<f64>,
 }
 
 /// How a conversation runs: its turns, the pause between them, and when no turn may start.
@@ -130,6 +137,7 @@ pub async fn run(shared: &Arc<Shared>, plan: &LevelPlan, progress: &mut impl Pro
         seed: plan.seed,
         turns: plan.turns,
         think_time: plan.think_time,
+        replay: plan.replay,
     };
     run_phase(shared, phase, t0, |asked, outcome| {
         collector.add(asked, &outcome);
@@ -168,6 +176,7 @@ async fn warm_up(
         seed: plan.seed,
         turns: 1,
         think_time: Duration::ZERO,
+        replay: None,
     };
     let (mut failed, mut first_error) = (0, None);
     run_phase(shared, phase, Instant::now(), |_, outcome| {
@@ -198,7 +207,10 @@ async fn dispatch(shared: Arc<Shared>, phase: Phase, t0: Instant, done: Unbounde
     for _ in 0..phase.slots.max(1) {
         let _ = slot_tx.send(t0);
     }
-    let mut arrivals = phase.rate.map(|rate| Arrivals::new(rate, phase.seed, t0));
+    let mut arrivals = match (phase.replay, shared.workload.trace()) {
+        (Some(speed), Some(trace)) => Some(Arrivals::trace(trace, speed, t0)),
+        _ => phase.rate.map(|rate| Arrivals::poisson(rate, phase.seed, t0)),
+    };
     let deadline = match phase.stop {
         Stop::For(limit) => Some(t0 + limit),
         Stop::After(_) => None,
@@ -227,9 +239,10 @@ async fn dispatch(shared: Arc<Shared>, phase: Phase, t0: Instant, done: Unbounde
             think_time: phase.think_time,
             deadline,
         };
+        let due = arrival.unwrap_or(freed);
         start(
             &shared,
-            arrival.unwrap_or(freed),
+            (due, due.max(freed)),
             talk,
             slot_tx.clone(),
             done.clone(),
@@ -237,18 +250,19 @@ async fn dispatch(shared: Arc<Shared>, phase: Phase, t0: Instant, done: Unbounde
     }
 }
 
-/// Starts one conversation (a single request unless multi-turn), its first turn due at `due`;
-/// its slot is handed back when it ends.
+/// Starts one conversation (a single request unless multi-turn), its first turn due at `due.0`
+/// and free to go at `due.1` (a slot free too); its slot is handed back when it ends. Numbered
+/// in the order started, so that a replay's request n is the trace's line n.
 fn start(
     shared: &Arc<Shared>,
-    due: Instant,
+    due: (Instant, Instant),
     talk: Talk,
     slot: UnboundedSender<Instant>,
     done: UnboundedSender<(Asked, Outcome)>,
 ) {
     let shared = shared.clone();
+    let number = shared.next_index.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
-        let number = shared.next_index.fetch_add(1, Ordering::Relaxed);
         converse(&shared, number, due, talk, slot, &done).await;
     });
 }
@@ -259,7 +273,7 @@ fn start(
 async fn converse(
     shared: &Shared,
     number: u64,
-    mut due: Instant,
+    (mut due, mut ready): (Instant, Instant),
     talk: Talk,
     slot: UnboundedSender<Instant>,
     done: &UnboundedSender<(Asked, Outcome)>,
@@ -272,6 +286,9 @@ async fn converse(
             _ => shared.workload.turn(number, turn, &history),
         };
         let more = turn + 1 < talk.turns;
+        if ready > Instant::now() {
+            tokio::time::sleep_until(ready.into()).await;
+        }
         let mut outcome = shared.client.send(spec.body, spec.max_tokens, more).await;
         let from = *first_sent.get_or_insert(outcome.sent);
         let next_due = outcome.end + talk.think_time;
@@ -283,6 +300,7 @@ async fn converse(
         }
         let asked = Asked {
             due,
+            ready,
             max_tokens: spec.max_tokens,
             input_tokens: spec.input_tokens,
             turn,
@@ -293,33 +311,74 @@ async fn converse(
             return;
         }
         tokio::time::sleep_until(next_due.into()).await;
-        due = next_due;
+        (due, ready) = (next_due, next_due);
     }
 }
 
-/// Poisson arrival times.
-struct Arrivals {
-    rng: Rng,
-    mean_gap: f64,
-    next: Instant,
+/// How long before its time a replayed request is started: building a long prompt's body takes
+/// a few ms in a debug build, which would otherwise count as lateness.
+const REPLAY_LEAD: Duration = Duration::from_millis(20);
+
+/// Arrival times of an open loop: a Poisson process, or a trace's timestamps.
+enum Arrivals<'a> {
+    Poisson {
+        rng: Rng,
+        mean_gap: f64,
+        next: Instant,
+    },
+    Trace {
+        trace: &'a Trace,
+        speed: f64,
+        t0: Instant,
+        line: usize,
+    },
 }
 
-impl Arrivals {
-    fn new(rate: f64, seed: u64, t0: Instant) -> Self {
-        Arrivals {
+impl<'a> Arrivals<'a> {
+    fn poisson(rate: f64, seed: u64, t0: Instant) -> Self {
+        Arrivals::Poisson {
             rng: Rng::new(seed ^ 0xA11),
             mean_gap: 1.0 / rate,
             next: t0,
         }
     }
 
-    /// Waits for the next arrival and returns its time; None once past `deadline`.
+    fn trace(trace: &'a Trace, speed: f64, t0: Instant) -> Self {
+        Arrivals::Trace {
+            trace,
+            speed,
+            t0,
+            line: 0,
+        }
+    }
+
+    /// Waits for the next arrival and returns its time; None once past `deadline` (or the trace).
     async fn next(&mut self, deadline: Option<Instant>) -> Option<Instant> {
-        self.next += Duration::from_secs_f64(self.rng.exponential(self.mean_gap));
-        if deadline.is_some_and(|d| self.next >= d) {
+        let at = match self {
+            Arrivals::Poisson { rng, mean_gap, next } => {
+                *next += Duration::from_secs_f64(rng.exponential(*mean_gap));
+                *next
+            }
+            Arrivals::Trace {
+                trace,
+                speed,
+                t0,
+                line,
+            } if *line < trace.lines.len() => {
+                *line += 1;
+                trace.due(*line - 1, *speed, *t0)
+            }
+            Arrivals::Trace { .. } => return None,
+        };
+        if deadline.is_some_and(|d| at >= d) {
             return None;
         }
-        tokio::time::sleep_until(self.next.into()).await;
-        Some(self.next)
+        // A trace's request is started early, so that it is built when due (see `converse`).
+        let lead = match self {
+            Arrivals::Trace { .. } => REPLAY_LEAD,
+            Arrivals::Poisson { .. } => Duration::ZERO,
+        };
+        tokio::time::sleep_until(at.checked_sub(lead).unwrap_or(at).into()).await;
+        Some(at)
     }
 }

@@ -69,6 +69,11 @@ impl Latency {
             p99: ms(0.99),
         })
     }
+
+    /// The largest value recorded, in ms; None when nothing was.
+    pub fn max_ms(&self) -> Option<f64> {
+        (!self.histogram.is_empty()).then(|| self.histogram.max() as f64 / 1e3)
+    }
 }
 
 /// Tokens over time in 1 ms bins, for the steady-state window chosen after the level.
@@ -178,6 +183,8 @@ pub struct Collector {
     pub itl: Latency,
     pub e2el: Latency,
     pub queue: Latency,
+    /// From when each request could go (due, and a slot free) to when it was sent.
+    pub lateness: Latency,
     pub counts: Counts,
     /// TTFT and cached prompt tokens by turn, for multi-turn conversations.
     pub by_turn: ByTurn,
@@ -197,6 +204,8 @@ pub struct Collector {
 pub struct Asked {
     /// When it was due (see the module doc).
     pub due: Instant,
+    /// When it could be sent: due, with a free slot (the client's lateness counts from here).
+    pub ready: Instant,
     pub max_tokens: u32,
     /// Prompt tokens if known without the server.
     pub input_tokens: Option<u64>,
@@ -218,6 +227,7 @@ impl Collector {
             itl: Latency::default(),
             e2el: Latency::default(),
             queue: Latency::default(),
+            lateness: Latency::default(),
             counts: Counts::default(),
             by_turn: ByTurn::default(),
             intervals: Vec::new(),
@@ -245,6 +255,8 @@ impl Collector {
             self.intervals.push((from, end.max(from)));
         }
         self.last_end = self.last_end.max(Some(outcome.end));
+        self.lateness
+            .record(outcome.sent.saturating_duration_since(asked.ready));
         self.counts.reconnects += u64::from(outcome.reconnects);
         match &outcome.result {
             Err(failure) => self.counts.fail(failure),
@@ -450,6 +462,7 @@ mod tests {
     fn asked_at(t0: Instant, input_tokens: Option<u64>) -> Asked {
         Asked {
             due: t0,
+            ready: t0,
             max_tokens: 4,
             input_tokens,
             turn: 0,

@@ -23,6 +23,7 @@ mod record;
 pub(crate) mod rng;
 mod sse;
 mod sys;
+mod trace;
 mod turns;
 mod validity;
 mod workload;
@@ -44,6 +45,7 @@ use self::goodput::Goodput;
 use self::lengths::{Dist, Lengths};
 use self::level::{LevelPlan, Shared, Stop};
 use self::record::{RunInfo, Summary};
+use self::trace::Trace;
 use self::workload::{Source, Workload, WorkloadSpec, DEFAULT_TOKEN_ID};
 use crate::config::duration::Dur;
 use crate::exit::{Exit, Invalid};
@@ -57,7 +59,8 @@ with ignore_eos, streamed. Latencies count from when each request was due, so ti
 client is included.
 
 Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
-honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU.
+honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU, \
+a --trace replay sent later than its timestamps (p99 lateness above 10 ms, or half the trace's mean gap).
 
 With --slo p99_ttft_ms=2000,median_tpot_ms=50, each line also carries `good_requests` and `goodput` \
 (requests per second whose own TTFT, TPOT and E2EL met every limit, judged per request).
@@ -72,8 +75,9 @@ pub struct BenchArgs {
     /// does not list is refused (exit 2) with the closest one it does.
     #[arg(long)]
     pub model: Option<String>,
-    /// Concurrency levels: requests in flight, one level or a comma list (1,4,16,32).
-    #[arg(long, value_name = "C,...", value_delimiter = ',', default_value = "1",
+    /// Concurrency levels: requests in flight, one level or a comma list (1,4,16,32); default 1
+    /// (with --trace: no cap, the trace sets the load; one value caps it).
+    #[arg(long, value_name = "C,...", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub concurrency: Vec<u32>,
     /// Prompt tokens per request (catid and random workloads).
@@ -160,6 +164,24 @@ pub struct BenchArgs {
     /// is refused, exit 2). Records say "cache": "reset", or "warm" without this flag.
     #[arg(long)]
     pub reset_cache: bool,
+    /// Replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids
+    /// of 512-token prefix blocks): each line sent at its timestamp, requests that share hash ids
+    /// sharing those prompt blocks exactly, max_tokens its output_length. One level, no warm-up;
+    /// --num-requests / --duration replay its start. Records say how late the client sent.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "workload", "input_len", "output_len", "input_dist", "output_dist", "range_ratio",
+        "turns", "warmup", "request_rate", "unique_prefix"])]
+    pub trace: Option<PathBuf>,
+    /// Replay the trace this many times faster (its timestamps divided by it; 0.5: slower).
+    #[arg(long, value_name = "X", default_value_t = 1.0, requires = "trace", value_parser = positive_speed)]
+    pub trace_speed: f64,
+}
+
+fn positive_speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{text}` is not a positive speed factor")),
+    }
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -204,7 +226,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         Some(slo) => Some(Goodput::from_slo(slo).map_err(Invalid)?),
         None => goodput::from_env(),
     };
-    let source = Source::parse(&args.workload).map_err(Invalid)?;
+    let source = match &args.trace {
+        Some(path) => Source::Trace(Arc::new(Trace::read(path).map_err(Invalid)?)),
+        None => Source::parse(&args.workload).map_err(Invalid)?,
+    };
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir)
             .map_err(|e| Invalid(format!("cannot create --out-dir {}: {e}", dir.display())))?;
@@ -212,7 +237,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     warn_about_open_files(&args);
     let stream = !args.no_stream;
     let client = Client::new(&args.url, args.api, stream, args.read_timeout)?;
-    let model = pick_model(&client, &args).await?;
+    let trace = match &source {
+        Source::Trace(trace) => Some(trace.clone()),
+        _ => None,
+    };
+    let model = pick_model(&client, &args, trace.as_deref()).await?;
     let cache_reset = if args.reset_cache {
         Some(CacheReset::find(&client).await.map_err(Invalid)?)
     } else {
@@ -252,7 +281,7 @@ async fn run_levels(
     // One listener for the whole run, so that no Ctrl-C falls between two levels.
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
-    for (n, &concurrency) in args.concurrency.iter().enumerate() {
+    for (n, concurrency) in levels(args, info).into_iter().enumerate() {
         let seed = info.seed ^ n as u64;
         let level = run_level(shared, args, info, (concurrency, seed), cache_reset);
         let summary = tokio::select! {
@@ -271,8 +300,26 @@ async fn run_levels(
     Ok(Exit::ok_if(measured.iter().all(Summary::valid)))
 }
 
-/// Checks what clap cannot: the URL's shape.
+/// The levels' C: `--concurrency`, else 1; a replay's one cap, else a slot for every line.
+fn levels(args: &BenchArgs, info: &RunInfo) -> Vec<u32> {
+    match (&info.replay, args.concurrency.is_empty()) {
+        (Some(_), true) => vec![u32::try_from(trace::replayed_lines(args, info))
+            .unwrap_or(u32::MAX)
+            .max(1)],
+        (None, true) => vec![1],
+        (_, false) => args.concurrency.clone(),
+    }
+}
+
+/// Checks what clap cannot: the URL's shape, one cap for a replay.
 fn check_args(args: &BenchArgs) -> Result<(), Invalid> {
+    if args.trace.is_some() && args.concurrency.len() > 1 {
+        return Err(Invalid(
+            "--trace replays the trace once, as one level: give one --concurrency cap, or none \
+             (the trace's timestamps then set the load)"
+                .into(),
+        ));
+    }
     let url = client::base_url(&args.url);
     match reqwest::Url::parse(&url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
@@ -287,7 +334,11 @@ fn check_args(args: &BenchArgs) -> Result<(), Invalid> {
 /// Warns when the open-file limit cannot hold the largest level's sockets.
 fn warn_about_open_files(args: &BenchArgs) {
     let limit = sys::raise_open_file_limit();
-    let largest = args.concurrency.iter().copied().max().unwrap_or(1);
+    let largest = match (&args.trace, args.concurrency.iter().max()) {
+        (_, Some(&largest)) => largest,
+        (Some(_), None) => return,
+        (None, None) => 1,
+    };
     let needed = u64::from(largest) + 64;
     if limit < needed {
         eprintln!(
@@ -299,7 +350,7 @@ fn warn_about_open_files(args: &BenchArgs) {
 
 /// The model to ask for: `--model`, else the first one the server lists. An unreachable
 /// server is invalid input (exit 2): nothing could be measured.
-async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid> {
+async fn pick_model(client: &Client, args: &BenchArgs, trace: Option<&Trace>) -> Result<String, Invalid> {
     let models = match (client.models().await, &args.model) {
         (Ok(models), _) => models,
         (Err(ModelsError::Unreachable(why)), _) => return Err(Invalid(why)),
@@ -311,7 +362,11 @@ async fn pick_model(client: &Client, args: &BenchArgs) -> Result<String, Invalid
             return Ok(model.clone());
         }
     };
-    check_fits(args, models.max_model_len)?;
+    match (trace, models.max_model_len) {
+        (Some(trace), Some(max)) => trace.check_fits(max).map_err(Invalid)?,
+        (Some(_), None) => {}
+        (None, max) => check_fits(args, max)?,
+    }
     let listed = &models.ids;
     match (&args.model, listed.first()) {
         (Some(model), _) if !listed.is_empty() && !listed.contains(model) => {
@@ -389,7 +444,7 @@ fn random_u64() -> u64 {
 
 fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> RunInfo {
     let spec = workload.spec();
-    RunInfo {
+    let info = RunInfo {
         model,
         api: match args.api {
             Api::Completions => "completions",
@@ -407,8 +462,13 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
         output_dist: spec.lengths.output_dist.label(),
         turns: args.turns,
         think_time: args.think_time,
-        uniform_output: !matches!(spec.source, Source::File { .. })
+        uniform_output: !matches!(spec.source, Source::File { .. } | Source::Trace(_))
             && spec.lengths.output_dist == Dist::Fixed,
+        replay: None,
+    };
+    match workload.trace() {
+        Some(trace) => trace::run_info(args, trace, info),
+        None => info,
     }
 }
 
@@ -416,9 +476,17 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
 fn intro(client: &Client, info: &RunInfo) -> String {
     let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
     let dist = |d: &Option<String>| d.as_ref().map_or(String::new(), |d| format!(" ({d})"));
-    let turns = match info.turns {
-        1 => String::new(),
-        n => format!(
+    let turns = match (&info.replay, info.turns) {
+        (Some(r), _) => format!(
+            ", replaying {} ({} lines) at {}× speed, {}",
+            r.path,
+            r.lines,
+            r.speed,
+            r.cap
+                .map_or("no concurrency cap".into(), |c| format!("at most {c} in flight"))
+        ),
+        (None, 1) => String::new(),
+        (None, n) => format!(
             ", conversations of {n} turns ({} s think time; C counts conversations)",
             info.think_time.as_secs_f64()
         ),
@@ -448,19 +516,26 @@ async fn run_level(
     let c = u64::from(concurrency);
     let turns = u64::from(args.turns);
     // Conversations (single requests unless multi-turn): 5 × C, or enough for --num-requests.
-    let stop = match args.duration {
-        Some(limit) => Stop::For(limit),
-        None => Stop::After(args.num_requests.map_or(5 * c, |n| n.div_ceil(turns))),
+    let stop = match (args.duration, &info.replay) {
+        (Some(limit), _) => Stop::For(limit),
+        (None, Some(_)) => Stop::After(trace::replayed_lines(args, info)),
+        (None, None) => Stop::After(args.num_requests.map_or(5 * c, |n| n.div_ceil(turns))),
     };
     let plan = LevelPlan {
         concurrency,
-        warmup: args.warmup.unwrap_or(c),
+        // A replay sends the trace alone: warm-up requests would fill the prefix cache.
+        warmup: if info.replay.is_some() {
+            0
+        } else {
+            args.warmup.unwrap_or(c)
+        },
         stop,
         rate: args.request_rate,
         seed,
         turns: args.turns,
         think_time: args.think_time,
         cache_reset,
+        replay: info.replay.as_ref().map(|r| r.speed),
     };
     let measured = match stop {
         Stop::After(n) => Some(n * turns),

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::level::{LevelPlan, LevelResult, Stop};
 use super::metrics::{Counts, LatencyStats};
 use super::sys;
+use super::trace::{self, Lateness, Replay};
 use super::turns::{self, TurnSummary};
 use super::validity::{self, Evidence};
 
@@ -36,6 +37,8 @@ pub struct RunInfo {
     pub think_time: std::time::Duration,
     /// Whether every request asks for `output_len` tokens (a prompts file may say otherwise).
     pub uniform_output: bool,
+    /// The trace replayed (`--trace`), if any.
+    pub replay: Option<Replay>,
 }
 
 /// The numbers of one level, for the record and the stderr table.
@@ -72,6 +75,8 @@ pub struct Summary {
     pub per_turn: Vec<TurnSummary>,
     /// The prefix cache's state when measuring began: `reset` or `warm` (`cache` in the record).
     pub cache: &'static str,
+    /// How late a trace replay sent its requests.
+    pub lateness: Option<Lateness>,
 }
 
 impl Summary {
@@ -80,10 +85,8 @@ impl Summary {
         let c = &result.collector;
         let concurrency = u64::from(plan.concurrency);
         let (peak, full_window) = c.concurrency(concurrency);
-        let window = match plan.rate {
-            None => full_window,
-            Some(_) => c.send_window(),
-        };
+        let open_loop = plan.rate.is_some() || plan.replay.is_some();
+        let window = if open_loop { c.send_window() } else { full_window };
         let steady = window.and_then(|w| {
             let seconds = (w.1 - w.0) as f64 / 1e9;
             c.throughput_in(w).map(|tps| (tps, seconds))
@@ -95,7 +98,7 @@ impl Summary {
         let cores = sys::cores();
         let evidence = Evidence {
             concurrency,
-            closed_loop: plan.rate.is_none(),
+            closed_loop: !open_loop,
             peak,
             mean_in_flight,
             mean_queue_ms: c.queue.stats().map(|s| s.mean),
@@ -103,6 +106,7 @@ impl Summary {
             output_len: info.uniform_output.then_some(info.output_len),
             cores_used,
             cores,
+            replay: info.replay.as_ref().and_then(|r| Lateness::of(&c.lateness, r)),
         };
         let mut problems = validity::problems(&evidence);
         problems.extend(result.cache.problem());
@@ -137,6 +141,7 @@ impl Summary {
                 _ => c.by_turn.summaries(),
             },
             cache: result.cache.name(),
+            lateness: evidence.replay,
         }
     }
 
@@ -185,6 +190,9 @@ impl Summary {
             ("queue", self.queue),
         ] {
             latency(&mut m, name, stats);
+        }
+        if let Some(replay) = &info.replay {
+            trace::record(replay, self.counts.measured(), self.lateness.as_ref(), &mut m);
         }
         if info.turns > 1 {
             m.insert("turns".into(), info.turns.into());

@@ -3,9 +3,11 @@
 //! Each check guards against a way benchmark clients have been seen to mislead: servers that
 //! ignore `ignore_eos` (short outputs make throughput look higher per request asked), clients
 //! that never reach the concurrency they claim, failed requests left out of the averages, too
-//! few requests to reach steady state, and a client too busy to time what it receives.
+//! few requests to reach steady state, a client too busy to time what it receives, and a trace
+//! replay sent later than its timestamps.
 
 use super::metrics::Counts;
+use super::trace::{self, Lateness};
 
 /// A level's CPU use at or above this share of the client's cores counts as saturated.
 const CPU_SATURATED: f64 = 0.9;
@@ -33,6 +35,8 @@ pub struct Evidence {
     /// CPU cores the client used on average, and the cores it may use.
     pub cores_used: f64,
     pub cores: usize,
+    /// A trace replay's lateness (None when not a replay: the trace, not C, sets its count).
+    pub replay: Option<Lateness>,
 }
 
 /// The reasons a level is not valid; empty when it is.
@@ -45,6 +49,7 @@ pub fn problems(e: &Evidence) -> Vec<String> {
         failures(e),
         too_few_requests(e),
         cpu_saturated(e),
+        e.replay.as_ref().and_then(trace::behind),
     ]
     .into_iter()
     .flatten()
@@ -125,7 +130,7 @@ fn failures(e: &Evidence) -> Option<String> {
 fn too_few_requests(e: &Evidence) -> Option<String> {
     let needed = REQUESTS_PER_SLOT * e.concurrency;
     let measured = e.counts.measured();
-    (measured < needed).then(|| {
+    (e.replay.is_none() && measured < needed).then(|| {
         format!(
             "only {measured} requests were measured, fewer than 5 × C = {needed}, too few to hold \
              C streams in steady state"

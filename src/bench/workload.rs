@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::lengths::{Dist, Lengths};
 use super::rng::Rng;
+use super::trace::Trace;
 
 /// The token id catid's method repeats (the seeds' scripts use it).
 pub const DEFAULT_TOKEN_ID: u32 = 23066;
@@ -59,6 +60,8 @@ pub enum Source {
     Random,
     /// Prompts read from a JSONL file, used in turn.
     File { path: String, prompts: Vec<FilePrompt> },
+    /// A trace's lines, request n being line n (see `trace`).
+    Trace(std::sync::Arc<Trace>),
 }
 
 /// One line of a prompts file.
@@ -141,6 +144,7 @@ impl Workload {
             Source::Catid => "catid".into(),
             Source::Random => "random".into(),
             Source::File { path, .. } => format!("file:{path}"),
+            Source::Trace(trace) => format!("trace:{}", trace.path),
         }
     }
 
@@ -156,6 +160,14 @@ impl Workload {
                  cannot serve the prompt, but its repeated body still makes the output easy to \
                  predict for speculative decoding",
             ),
+            _ => None,
+        }
+    }
+
+    /// The trace a replay sends, if this workload is one.
+    pub fn trace(&self) -> Option<&Trace> {
+        match &self.spec.source {
+            Source::Trace(trace) => Some(trace),
             _ => None,
         }
     }
@@ -177,6 +189,7 @@ impl Workload {
                     prompt.max_tokens.unwrap_or(output_len),
                 )
             }
+            Source::Trace(trace) => self.trace_prompt(trace, index),
         };
         let input_tokens = match &content {
             Content::Ids(ids) => Some(ids.len() as u64),
@@ -253,6 +266,23 @@ impl Workload {
             Api::Chat => Content::Text(self.words(index, len)),
         };
         self.with_unique_start(content, index)
+    }
+
+    /// Line `index` of the trace: its prompt from its hash ids' blocks, its output length.
+    fn trace_prompt(&self, trace: &Trace, index: u64) -> (Content, u32) {
+        let line = (index % trace.lines.len() as u64) as usize;
+        let content = match self.spec.api {
+            Api::Completions => {
+                let span = u64::from(ID_RANGE.end - ID_RANGE.start);
+                let ids = trace.draws(line, self.spec.seed, span);
+                Content::Ids(ids.into_iter().map(|d| ID_RANGE.start + d as u32).collect())
+            }
+            Api::Chat => {
+                let words = trace.draws(line, self.spec.seed, CHAT_WORDS.len() as u64);
+                Content::Text(words.into_iter().map(|d| CHAT_WORDS[d as usize]).collect())
+            }
+        };
+        (content, trace.lines[line].output_length)
     }
 
     /// `len` one-token words: catid's word repeated, or random ones (request `index`'s draw).
