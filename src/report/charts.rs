@@ -1,7 +1,10 @@
 //! The report's charts, from the records of one step across runs: output throughput against
 //! concurrency (log2, one line per host), TTFT p50/p99 against concurrency, per-request tok/s
 //! against total tok/s (the trade-off view), and prefill time (TTFT) against input length for
-//! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. Only valid
+//! long-context sweeps; the TTFT chart draws a line at each SLO limit on TTFT. A sweep over
+//! offered request rates (`request_rate`) gets what each host served against what was offered,
+//! and TTFT p50/p99 against the offered rate, the rates where it falls behind and where its
+//! latency departs labelled. Only valid
 //! measurements are drawn; a repeated point is drawn at the mean of its valid repetitions, with an
 //! error bar of its 95% interval on the throughput and TTFT charts. A point not measured
 //! (skipped, failed, not run, ran without a record, invalid, or without the metric) is marked
@@ -51,6 +54,11 @@ impl Measured<'_> {
         Estimate::of(&values)
     }
 
+    /// The request rate offered: the point's `request_rate` axis.
+    fn offered_rate(&self) -> Option<f64> {
+        self.records[0].point.get("request_rate").and_then(Json::as_f64)
+    }
+
     /// The input length: the point's `input_len`, else the one the benchmark reported.
     fn input_len(&self) -> Option<f64> {
         self.records[0]
@@ -79,6 +87,10 @@ impl Unmeasured {
 
     fn input_len(&self) -> Option<f64> {
         self.point.get("input_len").and_then(Json::as_f64)
+    }
+
+    fn offered_rate(&self) -> Option<f64> {
+        self.point.get("request_rate").and_then(Json::as_f64)
     }
 }
 
@@ -154,6 +166,9 @@ pub fn for_step(runs: &[Run], step_index: usize, step: &str) -> (Vec<Chart>, Vec
     }
     if data.levels(|s| s.input_len(), Unmeasured::input_len) >= 2 {
         attempts.push(prefill(&data));
+    }
+    if data.levels(|s| s.offered_rate(), Unmeasured::offered_rate) >= 2 {
+        attempts.extend([served(&data), ttft_by_rate(&data)]);
     }
     // Telemetry's charts appear where a run has telemetry; runs without it show as before.
     for chart in TELEMETRY.into_iter().filter(|_| by_concurrency) {
@@ -559,10 +574,14 @@ fn by_concurrency(data: &StepData, metric: &str, unit: &str, marker: &str) -> (V
 }
 
 fn needs_two_levels(series: &[ChartSeries], what: &str) -> Result<(), String> {
+    needs_two(series, what, "concurrency levels")
+}
+
+fn needs_two(series: &[ChartSeries], what: &str, levels: &str) -> Result<(), String> {
     match series.iter().any(|s| s.points.len() >= 2) {
         true => Ok(()),
         false => Err(format!(
-            "{what}: no host has two concurrency levels measured, so there is no line to draw"
+            "{what}: no host has two {levels} measured, so there is no line to draw"
         )),
     }
 }
@@ -598,16 +617,20 @@ fn ttft(data: &StepData) -> Result<Chart, String> {
         Scale::Log2,
         (series, gaps),
     );
-    chart.limits = data
-        .slo
+    chart.limits = ttft_limits(data);
+    Ok(chart)
+}
+
+/// A line at each SLO limit on TTFT (p50 or p99).
+fn ttft_limits(data: &StepData) -> Vec<Limit> {
+    data.slo
         .iter()
         .filter(|(metric, _)| ["median_ttft_ms", "p99_ttft_ms"].contains(metric))
         .map(|&(metric, y)| Limit {
             y,
             label: format!("SLO {metric} ≤ {}", format_number(y)),
         })
-        .collect();
-    Ok(chart)
+        .collect()
 }
 
 /// Per-request decode speed: 1000 / median TPOT when every sample has it, else output
@@ -667,13 +690,7 @@ fn prefill(data: &StepData) -> Result<Chart, String> {
     let per_level = data.levels(|s| s.concurrency, Unmeasured::concurrency) > 1;
     let (series, without) = lines(
         samples,
-        |s| match (per_level, s.concurrency) {
-            (true, Some(c)) => {
-                let level = format!("C={}", format_number(c));
-                (format!("{} {level}", s.host), level)
-            }
-            _ => (s.host.clone(), String::new()),
-        },
+        |s| host_series(&s.host, s.concurrency, per_level),
         |s| {
             let len = s.input_len()?;
             let ttft = s.metric("median_ttft_ms").or_else(|| s.metric("mean_ttft_ms"))?;
@@ -688,10 +705,7 @@ fn prefill(data: &StepData) -> Result<Chart, String> {
     }
     let named = |len: f64| format!("input_len={}", format_number(len));
     let mut gaps = data.gaps(|u| {
-        let series = match (per_level, u.concurrency()) {
-            (true, Some(c)) => format!("{} C={}", u.host, format_number(c)),
-            _ => u.host.clone(),
-        };
+        let (series, _) = host_series(&u.host, u.concurrency(), per_level);
         let len = u.input_len();
         (series, len, len.map_or_else(|| point::label(&u.point), named))
     });
@@ -704,6 +718,133 @@ fn prefill(data: &StepData) -> Result<Chart, String> {
         Scale::Linear,
         (series, gaps),
     ))
+}
+
+/// A series per host, and per concurrency when it varies (the marker tells those apart): for
+/// the charts whose x is an axis other than concurrency.
+fn host_series(host: &str, concurrency: Option<f64>, per_level: bool) -> (String, String) {
+    match (per_level, concurrency) {
+        (true, Some(c)) => {
+            let level = format!("C={}", format_number(c));
+            (format!("{host} {level}"), level)
+        }
+        _ => (host.to_string(), String::new()),
+    }
+}
+
+/// Served below this share of the rate offered, a host has fallen behind its load.
+const KEEPS_UP: f64 = 0.95;
+/// A p99 TTFT above this many times the one at the lowest rate offered has departed from it.
+const DEPARTS: f64 = 2.0;
+
+/// The offered request rate on x and what `y` says of each sample on y (the value and its
+/// tooltip), a line per host (and concurrency, when it varies) named with `marker`, points in
+/// rate order; also the × of the points not measured, and of those without `metric`.
+fn by_rate(
+    data: &StepData,
+    (marker, metric): (&str, &str),
+    y: impl Fn(&Measured, f64) -> Option<(f64, String)>,
+) -> (Vec<ChartSeries>, Vec<Gap>) {
+    let per_level = data.levels(|s| s.concurrency, Unmeasured::concurrency) > 1;
+    let named = |(series, level): (String, String)| match marker {
+        "" => (series, level),
+        m => (format!("{series} {m}"), m.to_string()),
+    };
+    let (mut series, without) = lines(
+        &data.samples,
+        |s| named(host_series(&s.host, s.concurrency, per_level)),
+        |s| {
+            let rate = s.offered_rate()?;
+            let (value, tip) = y(s, rate)?;
+            point(rate, value, tip, None)
+        },
+    );
+    for s in &mut series {
+        s.points.sort_by(|a, b| a.x.total_cmp(&b.x));
+    }
+    let label = |rate: f64| format!("request_rate={}", format_number(rate));
+    let mut gaps = data.gaps(|u| {
+        let (name, _) = named(host_series(&u.host, u.concurrency(), per_level));
+        let rate = u.offered_rate();
+        (name, rate, rate.map_or_else(|| point::label(&u.point), label))
+    });
+    let at = |s: &Measured| s.offered_rate().map(|rate| (rate, label(rate)));
+    gaps.extend(without_metric(&series, &without, metric, at));
+    (series, gaps)
+}
+
+/// Requests served per second against the rate offered; on each line the first rate served
+/// below [`KEEPS_UP`] of it is labelled: where the host falls behind.
+fn served(data: &StepData) -> Result<Chart, String> {
+    let (mut series, gaps) = by_rate(data, ("", "request_throughput"), |s, offered| {
+        let served = s.metric("request_throughput")?;
+        let share = 100.0 * served / offered;
+        let tip = format!(
+            "offered {} req/s: {} req/s served ({share:.0}%)",
+            format_number(offered),
+            format_number(served)
+        );
+        Some((served, tip))
+    });
+    needs_two(&series, "served-load chart", "request rates")?;
+    for s in &mut series {
+        if let Some(p) = s.points.iter_mut().find(|p| p.y < KEEPS_UP * p.x) {
+            p.label = Some("falls behind".into());
+            p.tooltip
+                .push_str(" — falls behind: less than 95% of the offered rate served");
+        }
+    }
+    Ok(chart(
+        "served",
+        "Requests served against requests offered per second",
+        ("offered request rate (req/s)", "served (req/s)"),
+        Scale::Linear,
+        (series, gaps),
+    ))
+}
+
+/// TTFT p50 and p99 against the rate offered, with the SLO's TTFT limits; on each p99 line the
+/// first rate above [`DEPARTS`] times its value at the lowest rate is labelled: where latency
+/// departs.
+fn ttft_by_rate(data: &StepData) -> Result<Chart, String> {
+    let ttft = |metric: &'static str, unit: &'static str| {
+        move |s: &Measured, rate: f64| {
+            let value = s.metric(metric)?;
+            Some((value, tooltip("request_rate", rate, value, unit)))
+        }
+    };
+    let p50 = ttft("median_ttft_ms", "ms TTFT p50");
+    let (mut series, mut gaps) = by_rate(data, ("p50", "median_ttft_ms"), p50);
+    let p99 = ttft("p99_ttft_ms", "ms TTFT p99");
+    let (mut p99, p99_gaps) = by_rate(data, ("p99", "p99_ttft_ms"), p99);
+    for s in &mut p99 {
+        mark_departure(&mut s.points);
+    }
+    series.append(&mut p99);
+    // The points not measured are marked once, by the p50's.
+    gaps.extend(p99_gaps.into_iter().filter(|g| g.status.starts_with("no ")));
+    needs_two(&series, "TTFT-by-rate chart", "request rates")?;
+    let mut chart = chart(
+        "ttft-rate",
+        "Time to first token by offered request rate (p50 and p99)",
+        ("offered request rate (req/s)", "TTFT (ms)"),
+        Scale::Linear,
+        (series, gaps),
+    );
+    chart.limits = ttft_limits(data);
+    Ok(chart)
+}
+
+/// Labels the first point, in rate order, above [`DEPARTS`] times the first point's value.
+fn mark_departure(points: &mut [ChartPoint]) {
+    let Some(base) = points.first().map(|p| p.y).filter(|y| *y > 0.0) else {
+        return;
+    };
+    if let Some(p) = points.iter_mut().find(|p| p.y > DEPARTS * base) {
+        p.label = Some("latency departs".into());
+        p.tooltip
+            .push_str(" — latency departs: over twice its value at the lowest rate");
+    }
 }
 
 #[cfg(test)]

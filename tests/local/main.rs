@@ -32,6 +32,7 @@ mod report_facts_diff;
 mod report_json;
 mod report_metrics;
 mod report_noise;
+mod report_rate;
 mod report_references;
 mod report_repeat;
 mod report_slo;

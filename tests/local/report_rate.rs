@@ -1,0 +1,98 @@
+//! A sweep over offered request rates, measured by `rigrun bench` against the real sim: the
+//! report charts what each host served against what was offered and TTFT against the rate, and
+//! labels where it falls behind and where its latency departs, as the records say when read
+//! here independently.
+
+use serde_json::Value;
+
+use crate::common::*;
+use crate::sim_support::Sim;
+
+/// A closed-loop cap of 2 requests: 5 req/s are served, 2000 req/s queue in the client.
+fn playbook(url: &str) -> String {
+    format!(
+        r#"name: rates
+steps:
+  - run-sweep:
+      matrix: {{request_rate: [5, 2000]}}
+      command: >-
+        {{{{ rigrun }}}} bench --url {url} --concurrency 2 --request-rate {{{{ request_rate }}}}
+        --num-requests 20 --input-len 64 --output-len 8 --seed 1
+"#
+    )
+}
+
+/// The `<svg>` of the chart `kind` in the report.
+fn chart<'a>(html: &'a str, kind: &str) -> &'a str {
+    let start = html
+        .find(&format!(r#"data-chart="{kind}""#))
+        .unwrap_or_else(|| panic!("no {kind} chart"));
+    let end = start + html[start..].find("</svg>").unwrap();
+    &html[start..end]
+}
+
+#[test]
+fn a_rate_sweep_charts_served_against_offered_and_where_latency_departs() {
+    let sim = Sim::start("tiny", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  sim: {connection: local}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("rates.yaml"), playbook(&sim.base)).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "rates.yaml", "--runs-dir", "runs", "-q"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let run = only_run_dir(&dir.path().join("runs"));
+    let html_path = dir.path().join("report.html");
+    let out = run_rigrun(
+        dir.path(),
+        &[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            html_path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{:?}", text(&out));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+
+    // What the records say, by offered rate: the share served and the p99 TTFT.
+    let records = records(&run);
+    let at = |rate: u64| -> &Value {
+        records
+            .iter()
+            .find(|r| r["point"]["request_rate"] == rate)
+            .map(|r| &r["metrics"])
+            .unwrap_or_else(|| panic!("no record at {rate}: {records:?}"))
+    };
+    let f = |m: &Value, k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k}: {m}"));
+    let (low, high) = (at(5), at(2000));
+    let behind = |rate: f64, m: &Value| f(m, "request_throughput") < 0.95 * rate;
+    assert!(!behind(5.0, low), "the sim keeps up with 5 req/s: {low}");
+    assert!(
+        behind(2000.0, high),
+        "2 in flight cannot serve 2000 req/s: {high}"
+    );
+    assert!(
+        f(high, "p99_ttft_ms") > 2.0 * f(low, "p99_ttft_ms"),
+        "requests queue at 2000 req/s: {low} {high}"
+    );
+
+    let served = chart(&html, "served");
+    let marked: Vec<&str> = served
+        .split("<title>")
+        .skip(1)
+        .filter(|t| t.contains("falls behind"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{served}");
+    assert!(marked[0].contains("offered 2000 req/s:"), "{}", marked[0]);
+    let ttft = chart(&html, "ttft-rate");
+    let departs: Vec<&str> = ttft
+        .split("<title>")
+        .skip(1)
+        .filter(|t| t.contains("latency departs"))
+        .collect();
+    assert_eq!(departs.len(), 1, "{ttft}");
+    assert!(departs[0].contains("request_rate=2000:"), "{}", departs[0]);
+}
