@@ -420,6 +420,21 @@ impl Drop for Netns {
             }
         }
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        clear_stale_pyenv_lock();
+    }
+}
+
+/// The namespaced hosts log in as this machine's root, whose `.bashrc` may run `pyenv init`:
+/// it takes a lock file for a `pyenv rehash` in every login shell, and a shell SIGKILLed inside
+/// it (a power-off, a namespace torn down) leaves the lock behind, so that every later login on
+/// the machine waits on it. When no rehash runs, a lock there is such a leftover: removed, as
+/// a host's boot would clear its own.
+pub fn clear_stale_pyenv_lock() {
+    let Ok(home) = std::env::var("HOME") else { return };
+    let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| format!("{home}/.pyenv"));
+    let lock = Path::new(&root).join("shims/.pyenv-shim");
+    if lock.exists() && processes_with("pyenv-rehash").is_empty() {
+        let _ = std::fs::remove_file(lock);
     }
 }
 
@@ -571,6 +586,7 @@ impl Sshd {
         for (pid, _) in sshd {
             let _ = Command::new("kill").args(["-9", pid]).status();
         }
+        clear_stale_pyenv_lock();
     }
 
     /// The host in `netns` loses power: every process there is killed (SIGKILL: nothing is
@@ -594,6 +610,7 @@ impl Sshd {
                 alive.is_empty()
             },
         );
+        clear_stale_pyenv_lock();
     }
 
     /// The host in `netns` boots again: sshd starts as configured, where the kernel's boot id
