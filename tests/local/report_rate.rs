@@ -31,6 +31,14 @@ fn chart<'a>(html: &'a str, kind: &str) -> &'a str {
     &html[start..end]
 }
 
+/// The tooltips (`<title>`s) of a chart's points that contain `words`.
+fn tooltips_saying<'a>(svg: &'a str, words: &str) -> Vec<&'a str> {
+    svg.split("<title>")
+        .skip(1)
+        .filter(|t| t.contains(words))
+        .collect()
+}
+
 #[test]
 fn a_rate_sweep_charts_served_against_offered_and_where_latency_departs() {
     let sim = Sim::start("tiny", &[]);
@@ -79,20 +87,10 @@ fn a_rate_sweep_charts_served_against_offered_and_where_latency_departs() {
         "requests queue at 2000 req/s: {low} {high}"
     );
 
-    let served = chart(&html, "served");
-    let marked: Vec<&str> = served
-        .split("<title>")
-        .skip(1)
-        .filter(|t| t.contains("falls behind"))
-        .collect();
-    assert_eq!(marked.len(), 1, "{served}");
+    let marked = tooltips_saying(chart(&html, "served"), "falls behind");
+    assert_eq!(marked.len(), 1, "{marked:?}");
     assert!(marked[0].contains("offered 2000 req/s:"), "{}", marked[0]);
-    let ttft = chart(&html, "ttft-rate");
-    let departs: Vec<&str> = ttft
-        .split("<title>")
-        .skip(1)
-        .filter(|t| t.contains("latency departs"))
-        .collect();
-    assert_eq!(departs.len(), 1, "{ttft}");
+    let departs = tooltips_saying(chart(&html, "ttft-rate"), "latency departs");
+    assert_eq!(departs.len(), 1, "{departs:?}");
     assert!(departs[0].contains("request_rate=2000:"), "{}", departs[0]);
 }
