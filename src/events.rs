@@ -51,6 +51,12 @@ impl Record {
         crate::point::column(&self.host, label.as_deref())
     }
 
+    /// Whether a capacity search did not need the record's point (see [`NOT_PROBED`]).
+    pub fn is_not_probed(&self) -> bool {
+        self.status == RecordStatus::Skipped
+            && self.reason.as_deref().is_some_and(|r| r.starts_with(NOT_PROBED))
+    }
+
     /// Whether the benchmark (or rigrun, for numbers JSON cannot hold) marked the record
     /// `valid: false`: it is kept and shown, never compared.
     pub fn is_invalid(&self) -> bool {
@@ -140,6 +146,10 @@ pub fn is_first(n: &u32) -> bool {
 pub fn first_attempt() -> u32 {
     1
 }
+
+/// How the reason of a skipped record begins when a capacity search did not need its point:
+/// the tables leave such points out.
+pub const NOT_PROBED: &str = "not probed";
 
 /// How a point's attempt ended, as its records and `point_finished` say.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

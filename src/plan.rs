@@ -162,6 +162,7 @@ pub fn planned_sweeps(config: &Config, run_id: &str) -> Vec<PlannedSweep> {
                 step: step.display_name(),
                 points: step.as_kind().points(&config.only)?,
                 skipped: IndexMap::new(),
+                search: step.as_kind().search_axis().map(str::to_string),
             })
         })
         .collect();

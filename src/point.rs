@@ -186,6 +186,10 @@ pub struct PlannedSweep {
     /// learns (`server.*`) is decided at run time.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub skipped: IndexMap<String, IndexMap<String, String>>,
+    /// The axis of the sweep's capacity search, when it makes one: its points are candidates,
+    /// of which only the probed ones get rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
 }
 
 impl PlannedSweep {

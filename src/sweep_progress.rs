@@ -24,6 +24,8 @@ pub struct HostSweeps {
     repeats: IndexMap<usize, u32>,
     /// (step index, point) that the plan skips: their `skipped` events were never counted in.
     skipped: HashSet<(usize, String)>,
+    /// Per capacity-search step (by index): its axis and the probes counted in per series.
+    searches: IndexMap<usize, (String, usize)>,
 }
 
 /// Each host's sweeps, from the plan and what each host (or host/variant, see
@@ -47,6 +49,12 @@ pub fn plan_totals(
                     continue;
                 };
                 sweeps.repeats.insert(step.index, sweep.repeat.max(1));
+                if let Some(search) = &sweep.search {
+                    let allotted = (search.probes as usize).min(search.candidates);
+                    sweeps
+                        .searches
+                        .insert(step.index, (search.axis.clone(), allotted));
+                }
                 let skipped = sweep.points.iter().filter(|p| p.skip.is_some());
                 sweeps.skipped.extend(skipped.map(|p| (step.index, p.label())));
             }
@@ -55,13 +63,18 @@ pub fn plan_totals(
         .collect()
 }
 
-/// The point runs `work` still runs of a host's planned sweeps (skipped points left out).
+/// The point runs `work` still runs of a host's planned sweeps (skipped points left out; a
+/// capacity search counted as its probes per series, less those done).
 fn runs_left(host: &crate::plan::HostPlan, work: &HostWork) -> usize {
     let mut runs = 0;
     for step in host.steps.iter().filter(|s| work.runs_step(s.index)) {
         let Action::RunSweep(sweep) = &step.action else {
             continue;
         };
+        if let Some(search) = &sweep.search {
+            runs += search_runs_left(step.index, sweep, search, work);
+            continue;
+        }
         for point in sweep.points.iter().filter(|p| p.skip.is_none()) {
             let point = StepPoint::of(step.index, &point.values);
             runs += (1..=sweep.repeat.max(1))
@@ -70,6 +83,47 @@ fn runs_left(host: &crate::plan::HostPlan, work: &HostWork) -> usize {
         }
     }
     runs
+}
+
+/// The probes a capacity search still makes on a host: per series not yet settled (some
+/// candidate recorded, not probed), its probes less those done.
+fn search_runs_left(
+    index: usize,
+    sweep: &crate::config::steps::run_sweep::RunSweepPlan,
+    search: &crate::config::steps::search::SearchPlan,
+    work: &HostWork,
+) -> usize {
+    let allotted = (search.probes as usize).min(search.candidates);
+    let mut series: IndexMap<String, (usize, bool)> = IndexMap::new();
+    for point in &sweep.points {
+        let key = StepPoint::of(index, &point.values).repetition(1);
+        let entry = series
+            .entry(series_label(&point.label(), &search.axis))
+            .or_default();
+        match work.point(&key) {
+            PointWork::Keep {
+                kept: crate::resume::Kept::Skipped,
+                ..
+            } => entry.1 = true,
+            PointWork::Keep { .. } => entry.0 += 1,
+            PointWork::Run { .. } => {}
+        }
+    }
+    series
+        .values()
+        .filter(|(_, settled)| !settled)
+        .map(|(done, _)| allotted.saturating_sub(*done))
+        .sum()
+}
+
+/// A point's label without the searched axis (`input_len=1000` of `input_len=1000
+/// concurrency=16`): the series it belongs to.
+fn series_label(label: &str, axis: &str) -> String {
+    let words: Vec<&str> = label
+        .split(' ')
+        .filter(|w| w.split_once('=').map(|(k, _)| k) != Some(axis))
+        .collect();
+    words.join(" ")
 }
 
 /// One run of a point: (variant, step index, point, repetition).
@@ -83,6 +137,8 @@ pub struct SweepProgress {
     /// plan skipped that ran (a variant's values changed what `skip_if` decides).
     total: usize,
     done: HashSet<RunKey>,
+    /// Capacity-search series whose search ended: (variant, step index, series).
+    settled: HashSet<(Option<String>, usize, String)>,
     /// Time the finished attempts took, for the estimate.
     seconds: f64,
     /// The tenth of the total last announced with an estimate, and when.
@@ -98,6 +154,7 @@ impl SweepProgress {
             total: planned.runs,
             planned,
             done: HashSet::new(),
+            settled: HashSet::new(),
             seconds: 0.0,
             announced: (0, Instant::now()),
         }
@@ -120,6 +177,18 @@ impl SweepProgress {
     /// A point run (or one attempt of it) ended after `seconds`; `skipped` when `skip_if` held.
     /// Returns (done, total) once counted; None for a skip.
     pub fn finished(&mut self, key: RunKey, seconds: f64, skipped: bool) -> Option<(usize, usize)> {
+        if let (true, Some((axis, allotted))) = (skipped, self.planned.searches.get(&key.1)) {
+            // A candidate the search did not need: its series' search ended, and the probes
+            // counted in for it that it did not make are not to come.
+            let series = series_label(&key.2, axis);
+            let of_series = |k: &RunKey| k.0 == key.0 && k.1 == key.1 && series_label(&k.2, axis) == series;
+            if self.settled.insert((key.0.clone(), key.1, series.clone())) {
+                let probed = self.done.iter().filter(|k| of_series(k)).count();
+                let unused = allotted.saturating_sub(probed);
+                self.total = self.total.saturating_sub(unused).max(self.done.len());
+            }
+            return None;
+        }
         if skipped {
             if !self.planned.skipped.contains(&(key.1, key.2.clone())) {
                 // Counted as running: `skip_if` was decided at run time.
@@ -200,7 +269,28 @@ mod tests {
             runs,
             repeats: IndexMap::from([(0, repeat)]),
             skipped: skipped.iter().map(|p| (0, p.to_string())).collect(),
+            searches: IndexMap::new(),
         }
+    }
+
+    #[test]
+    fn a_search_counts_its_probes_and_ends_when_a_candidate_is_not_probed() {
+        let mut planned = sweeps(2 * 5, 1, &[]);
+        planned.searches.insert(0, ("concurrency".into(), 5));
+        let mut p = SweepProgress::new(planned);
+        let at = |series: &str, c: u32| (None, 0, format!("{series} concurrency={c}"), 1);
+        for c in [1, 2, 4] {
+            p.started(None, 0, &format!("in=1 concurrency={c}"), 1);
+            p.finished(at("in=1", c), 1.0, false);
+        }
+        assert_eq!(p.counts(), (3, 10));
+        // The first series' search ended after 3 probes: its 2 unused ones are not to come.
+        assert_eq!(p.finished(at("in=1", 3), 0.0, true), None);
+        assert_eq!(p.finished(at("in=1", 5), 0.0, true), None);
+        assert_eq!(p.counts(), (3, 8));
+        p.finished(at("in=2", 1), 1.0, false);
+        assert_eq!(p.counts(), (4, 8));
+        assert_eq!(series_label("in=2 concurrency=16", "concurrency"), "in=2");
     }
 
     fn key(point: &str, repetition: u32) -> RunKey {

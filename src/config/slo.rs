@@ -68,6 +68,43 @@ impl Slo {
     }
 }
 
+impl Slo {
+    /// Whether one measurement (the records a point's attempt printed) meets every limit: each
+    /// record valid, each limited metric recorded and within its limit in every record that
+    /// has it. The error says why not, the first reason found.
+    pub fn judge(&self, records: &[serde_json::Map<String, Json>]) -> Result<(), String> {
+        if records.is_empty() {
+            return Err("it printed no record".into());
+        }
+        if let Some(bad) = records
+            .iter()
+            .find(|r| r.get("valid") == Some(&Json::Bool(false)))
+        {
+            let problems = bad.get("problems").map(crate::point::value_text);
+            return Err(format!("invalid ({})", problems.unwrap_or_default()));
+        }
+        for (metric, &limit) in &self.limits {
+            let values: Vec<f64> = records.iter().filter_map(|r| r.get(metric)?.as_f64()).collect();
+            if values.is_empty() {
+                return Err(format!("no {metric} recorded"));
+            }
+            if let Some(v) = values.into_iter().find(|v| *v > limit) {
+                return Err(format!("{metric} {} > {}", short(v), short(limit)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A number as a person reads it in a reason: `2000`, `2431.5`.
+fn short(x: f64) -> String {
+    let rounded = (x * 10.0).round() / 10.0;
+    match rounded.fract() == 0.0 {
+        true => format!("{}", rounded as i64),
+        false => format!("{rounded}"),
+    }
+}
+
 /// `p99_ttft_ms ≤ 2000, median_tpot_ms ≤ 50`.
 impl fmt::Display for Slo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,6 +197,26 @@ mod tests {
         assert!(err.contains("no metric name"), "{err}");
         let err = Slo::parse("p 99=5").unwrap_err();
         assert!(err.contains("is not a metric name"), "{err}");
+    }
+
+    #[test]
+    fn a_measurement_meets_the_limits_only_valid_and_recorded_and_within_each() {
+        let slo = Slo::parse("p99_ttft_ms=2000,median_tpot_ms=50").unwrap();
+        let record = |v: Json| v.as_object().unwrap().clone();
+        let good = record(serde_json::json!({"p99_ttft_ms": 1999.0, "median_tpot_ms": 50}));
+        assert_eq!(slo.judge(std::slice::from_ref(&good)), Ok(()));
+        let slow = record(serde_json::json!({"p99_ttft_ms": 2431.54, "median_tpot_ms": 20}));
+        assert_eq!(
+            slo.judge(&[good.clone(), slow]),
+            Err("p99_ttft_ms 2431.5 > 2000".into())
+        );
+        let partial = record(serde_json::json!({"p99_ttft_ms": 10}));
+        assert_eq!(slo.judge(&[partial]), Err("no median_tpot_ms recorded".into()));
+        let mut invalid = good;
+        invalid.insert("valid".into(), false.into());
+        invalid.insert("problems".into(), serde_json::json!(["1 request failed"]));
+        assert!(slo.judge(&[invalid]).unwrap_err().starts_with("invalid ("));
+        assert_eq!(slo.judge(&[]), Err("it printed no record".into()));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::cell::{cell, format_number, Cell};
 use super::metric_names::{step_names, suggestion};
 use super::scaling::{by_concurrency, other_axes, series_rows, Row};
+use super::search::SearchSummary;
 use super::steps::StepRecords;
 use crate::config::slo::Slo;
 
@@ -26,6 +27,9 @@ pub struct SloCapacity {
     /// not measure it), each with the closest name it has: the capacity cannot be judged.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unrecorded: Vec<String>,
+    /// What the sweep's capacity search found, when it made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchSummary>,
 }
 
 /// One series' capacity under the limits.
@@ -91,11 +95,25 @@ impl SloCapacity {
             baseline: None,
             series,
             unrecorded: unrecorded(&[step], limits),
+            search: None,
         };
         if let Some(first) = hosts.first() {
             capacity.rebase(first);
         }
         Some(capacity)
+    }
+
+    /// The capacity a search over another axis than concurrency found (a request rate): told
+    /// by the search alone, as the concurrency of its probes does not tell its levels apart.
+    pub fn searched(limits: &Slo, metric: &str, search: SearchSummary) -> SloCapacity {
+        SloCapacity {
+            limits: limits.clone(),
+            metric: metric.to_string(),
+            baseline: None,
+            series: Vec::new(),
+            unrecorded: Vec::new(),
+            search: Some(search),
+        }
     }
 
     /// Ratios against `baseline`'s series of the same axes (none for the baseline itself).
@@ -185,6 +203,7 @@ impl SloCapacity {
             baseline: None,
             series,
             unrecorded,
+            search: None,
         })
     }
 
@@ -198,29 +217,41 @@ impl SloCapacity {
                 self.unrecorded.join(", nor ")
             );
         }
+        if let (true, Some(search)) = (self.series.is_empty(), &self.search) {
+            return format!(
+                "within SLO ({}), by a search of {}: {}",
+                self.limits,
+                search.axis,
+                search.sentence()
+            );
+        }
         let hosts: Vec<String> = self.series.iter().map(|s| self.sentence(s)).collect();
         format!("within SLO ({}): {}", self.limits, hosts.join("; "))
     }
 
     /// A line per series with a level above its capacity that breaks a limit (the first):
     /// `b: above concurrency=16, concurrency=32 breaks p99_ttft_ms (2500 > 2000)`.
+    /// A concurrency search's findings come first: `found by a search: blackwell:
+    /// concurrency=141 (142 did not; 13 probes of 160 candidates); …`.
     pub fn breaches(&self) -> Vec<String> {
-        self.series
-            .iter()
-            .filter_map(|s| {
-                let b = s.breach.as_ref()?;
-                let level = format!("concurrency={}", format_number(b.concurrency));
-                Some(match &s.within {
-                    Some(w) => format!(
-                        "{}: above concurrency={}, {level} {}",
-                        s.name,
-                        format_number(w.concurrency),
-                        b.reason
-                    ),
-                    None => format!("{}: {level}, the lowest, {}", s.name, b.reason),
-                })
+        let search = match (&self.search, self.series.is_empty()) {
+            (Some(search), false) => Some(format!("found by a search: {}", search.sentence())),
+            _ => None,
+        };
+        let breaches = self.series.iter().filter_map(|s| {
+            let b = s.breach.as_ref()?;
+            let level = format!("concurrency={}", format_number(b.concurrency));
+            Some(match &s.within {
+                Some(w) => format!(
+                    "{}: above concurrency={}, {level} {}",
+                    s.name,
+                    format_number(w.concurrency),
+                    b.reason
+                ),
+                None => format!("{}: {level}, the lowest, {}", s.name, b.reason),
             })
-            .collect()
+        });
+        search.into_iter().chain(breaches).collect()
     }
 
     fn sentence(&self, s: &Capacity) -> String {

@@ -93,7 +93,10 @@ fn write_facts(writer: &mut Writer, diffs: &[FactsDiff]) {
 /// `limit`), then per series (`row` its name): column `within slo` (the capacity's concurrency,
 /// status `within slo`, or `none within slo` without a value), the table's metric there (status
 /// `ok`), the ratio to the baseline (status `x`), and `breach` (the first level above that
-/// breaks a limit; status the limit's metric, or `not measured`; reason why).
+/// breaks a limit; status the limit's metric, or `not measured`; reason why). A capacity search
+/// adds per column and series (`row`, as `host` or `host (axes)`): `search met` and `search
+/// missed` (the highest candidate of its axis that met the limits, the lowest that did not;
+/// status `exact` or `bracket`), and `search probes` (reason: of how many candidates).
 fn write_slo(writer: &mut Writer, table: &str, slo: &SloCapacity) {
     for (metric, limit) in &slo.limits.limits {
         let _ = writer.write_record([table, "slo", metric, "limit", &limit.to_string(), "limit", ""]);
@@ -117,6 +120,25 @@ fn write_slo(writer: &mut Writer, table: &str, slo: &SloCapacity) {
         if let Some(b) = &s.breach {
             let status = b.metric.as_deref().unwrap_or("not measured");
             line("breach", b.concurrency.to_string(), status, &b.reason);
+        }
+    }
+    for f in slo.search.iter().flat_map(|s| &s.found) {
+        let name = f.name();
+        let status = if f.exact { "exact" } else { "bracket" };
+        let text =
+            |v: &Option<serde_json::Value>| v.as_ref().map(crate::point::value_text).unwrap_or_default();
+        let candidates = format!("of {} candidates", f.candidates);
+        for (column, value, status, reason) in [
+            ("search met", text(&f.met), status, ""),
+            ("search missed", text(&f.missed), status, ""),
+            (
+                "search probes",
+                f.probes.to_string(),
+                "probes",
+                candidates.as_str(),
+            ),
+        ] {
+            let _ = writer.write_record([table, "slo", &name, column, &value, status, reason]);
         }
     }
 }

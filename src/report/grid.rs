@@ -7,6 +7,7 @@ use super::metric_names::{pick_metrics, step_holds};
 use super::model::{Grid, Row};
 use super::planned::Planned;
 use super::references::Lookup;
+use super::search::SearchSummary;
 use super::steps::{group, is_main_step, RowRecords, StepRecords};
 use super::{scaling, Run};
 use crate::point::Values;
@@ -82,12 +83,29 @@ impl<'a> RunTables<'a> {
                 true => scaling::stories(step, &metric, &hosts),
                 false => Vec::new(),
             },
-            slo: story
-                .then(|| SloCapacity::of(step, &metric, &hosts, &self.run.manifest.slo))
-                .flatten(),
+            slo: story.then(|| self.capacity(step, &metric, &hosts)).flatten(),
             metric,
             columns,
             rows,
+        }
+    }
+
+    /// Each host's capacity under the run's limits in `step`, with what its capacity search
+    /// found when it made one (a search over another axis than concurrency tells it alone).
+    fn capacity(&self, step: &StepRecords, metric: &str, hosts: &[String]) -> Option<SloCapacity> {
+        let limits = &self.run.manifest.slo;
+        let axis = self.planned.search_axis(step.step_index, &step.step);
+        let search = axis.and_then(|axis| SearchSummary::of(self.run, step.step_index, axis, hosts));
+        match (axis, search) {
+            (Some(axis), Some(search)) if axis != "concurrency" && !limits.is_empty() => {
+                Some(SloCapacity::searched(limits, metric, search))
+            }
+            (Some(axis), None) if axis != "concurrency" => None,
+            (_, search) => {
+                let mut capacity = SloCapacity::of(step, metric, hosts, limits)?;
+                capacity.search = search;
+                Some(capacity)
+            }
         }
     }
 

@@ -24,6 +24,7 @@ mod planned;
 pub mod references;
 mod runs_table;
 pub mod scaling;
+mod search;
 pub(crate) mod stats;
 mod steps;
 mod svg;

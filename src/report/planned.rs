@@ -26,6 +26,9 @@ pub struct Planned {
     /// (column, point) → why `skip_if` skips it, for the points whose skip the plan knows
     /// (not those that wait for what the run learns).
     skips: HashMap<(String, StepPoint), String>,
+    /// The sweeps that search for capacity: their points are candidates, and only those a
+    /// search probed get rows.
+    searched: HashMap<(usize, String), String>,
 }
 
 impl Planned {
@@ -47,6 +50,10 @@ impl Planned {
                 }
             }
         }
+        let searched = planned
+            .iter()
+            .filter_map(|sweep| Some(((sweep.step_index, sweep.step.clone()), sweep.search.clone()?)))
+            .collect();
         let sweeps = planned
             .into_iter()
             .map(|sweep| {
@@ -54,7 +61,16 @@ impl Planned {
                 ((sweep.step_index, sweep.step), points.collect())
             })
             .collect();
-        Planned { sweeps, skips }
+        Planned {
+            sweeps,
+            skips,
+            searched,
+        }
+    }
+
+    /// The axis step `index` searches for capacity, when it makes a search.
+    pub fn search_axis(&self, index: usize, name: &str) -> Option<&str> {
+        self.searched.get(&(index, name.to_string())).map(String::as_str)
     }
 
     /// Whether `label` is a planned point of step `index`.
@@ -98,8 +114,10 @@ impl Planned {
                 );
                 before
             });
-            for label in points.keys() {
-                steps[at].rows.entry(label.clone()).or_default();
+            if !self.searched.contains_key(&(*index, name.clone())) {
+                for label in points.keys() {
+                    steps[at].rows.entry(label.clone()).or_default();
+                }
             }
             let place = |row: &String| plan_place(points, row);
             steps[at].rows.sort_by(|a, _, b, _| place(a).cmp(&place(b)));
@@ -202,6 +220,7 @@ fn reparsed(manifest: &Manifest) -> Vec<PlannedSweep> {
                 step: step.display_name(),
                 points: step.as_kind().points(&only)?,
                 skipped: skipped(step_index),
+                search: step.as_kind().search_axis().map(str::to_string),
             })
         })
         .collect()

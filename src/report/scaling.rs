@@ -231,12 +231,16 @@ pub struct Row<'s, 'a> {
 
 /// A step's rows per series, keyed by (series name, host) in the order first seen, each
 /// series' levels in row order (several may share a concurrency); rows without a concurrency
-/// are left out. What the scaling story and the SLO capacity walk.
+/// are left out, as are a capacity search's candidates the series did not probe. What the
+/// scaling story and the SLO capacity walk.
 pub fn series_rows<'s, 'a>(step: &'s StepRecords<'a>) -> IndexMap<(String, String), Vec<Row<'s, 'a>>> {
     let mut series: IndexMap<(String, String), Vec<Row>> = IndexMap::new();
     for by_column in step.rows.values() {
         for (column, records) in by_column {
             let Some(first) = records.first() else { continue };
+            if records.iter().all(|r| r.is_not_probed()) {
+                continue;
+            }
             let Some(concurrency) = records.iter().find_map(|r| concurrency_of(r)) else {
                 continue;
             };

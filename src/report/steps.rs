@@ -44,6 +44,10 @@ pub fn group(records: &[Record]) -> Vec<StepRecords<'_>> {
             .or_default()
             .push(record);
     }
+    // A point no column probed (a capacity search did not need it) has no row.
+    for rows in steps.values_mut() {
+        rows.retain(|_, columns| !columns.values().flatten().all(|r| r.is_not_probed()));
+    }
     // In step order: a server variant's startup record comes before its steps' records.
     steps.sort_by_key(|step, _| step.0);
     steps

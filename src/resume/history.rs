@@ -31,6 +31,9 @@ pub struct PointPast {
     pub ended: Option<Ended>,
     /// One of the attempt's records so far is marked invalid.
     invalid: bool,
+    /// The metrics of the attempt's measured records, in order (what a capacity search judges
+    /// a kept probe by).
+    pub records: Vec<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A step's latest attempt on a host: its number and how it ended (None: never finished).
@@ -87,9 +90,12 @@ impl HostHistory {
                 let key = at.key(self.current);
                 self.finished(key, at.run.attempt, *status, reason.clone());
             }
-            Event::Record(record) if record.status == RecordStatus::Ok && record.is_invalid() => {
+            Event::Record(record) if record.status == RecordStatus::Ok => {
                 if let Some(past) = self.points.get_mut(&record.key()) {
-                    past.invalid |= past.attempt == record.at.attempt;
+                    if past.attempt == record.at.attempt {
+                        past.invalid |= record.is_invalid();
+                        past.records.push(record.metrics.clone());
+                    }
                 }
             }
             _ => {}
@@ -101,12 +107,19 @@ impl HostHistory {
             attempt,
             ended: None,
             invalid: false,
+            records: Vec::new(),
         });
         if attempt >= past.attempt {
+            let same = past.attempt == attempt;
             *past = PointPast {
                 attempt,
                 ended: None,
-                invalid: past.invalid && past.attempt == attempt,
+                invalid: past.invalid && same,
+                records: if same {
+                    std::mem::take(&mut past.records)
+                } else {
+                    Vec::new()
+                },
             };
         }
     }
@@ -117,6 +130,7 @@ impl HostHistory {
             attempt,
             ended: None,
             invalid: false,
+            records: Vec::new(),
         });
         if attempt != past.attempt {
             return;

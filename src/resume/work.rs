@@ -151,6 +151,12 @@ impl HostWork {
         }
     }
 
+    /// The measured records of a unit's latest attempt, as the journal kept them (none for a
+    /// unit never run).
+    pub fn records(&self, key: &PointKey) -> &[serde_json::Map<String, serde_json::Value>] {
+        self.past.point(key).map_or(&[], |p| p.records.as_slice())
+    }
+
     /// How many sweep points (repetitions of them, in a repeated sweep) of the steps that run
     /// will run, for the resume's first line; the points `skipped` says the plan skips are not
     /// counted.

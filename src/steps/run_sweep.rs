@@ -28,7 +28,9 @@ use super::sweep_server::{Death, SweepServer};
 use super::{run_logged, HostCtx, StdoutLine, StepOutcome};
 use crate::config::steps::backoff;
 use crate::config::steps::run_sweep::{RunSweepPlan, SweepPoint};
+use crate::config::steps::search::{Bisection, Found, Next, SearchPlan};
 use crate::config::HostVars;
+use crate::events::NOT_PROBED;
 use crate::events::{Event, PointAttempt, PointRun, RecordStatus, Status};
 use crate::plan::PlannedStep;
 use crate::point::PointKey;
@@ -49,46 +51,191 @@ pub async fn run(
     }
     let watch = start_watch(ctx, step, &dir, vars).await;
     let server = SweepServer::of(ctx).await;
-    let mut tally = Tally::default();
-    let mut gone = None;
-    for run in plan.runs() {
-        let (n, repetition) = (run.point, run.repetition);
-        let point = &plan.points[n];
-        let label = point.label();
-        let outcome = match ctx.work.point(&PointKey::new(step.index, &label, repetition)) {
+    let sweep = Sweep {
+        step,
+        plan,
+        dir: &dir,
+        watch: &watch,
+        server: server.as_ref(),
+    };
+    let (tally, gone, searched) = match &plan.search {
+        None => sweep.every_point(ctx).await?,
+        Some(search) => sweep.search(ctx, search).await?,
+    };
+    let mut outcome = tally.outcome(plan, gone.as_ref());
+    watch.sweep_finished().await;
+    outcome.details["telemetry"] = watch.details();
+    if let Some(searched) = searched {
+        outcome.details["search"] = searched;
+    }
+    ctx.server_gone = gone;
+    Ok(outcome)
+}
+
+/// A sweep under way on a host: what each of its point runs needs.
+struct Sweep<'a> {
+    step: &'a PlannedStep,
+    plan: &'a RunSweepPlan,
+    dir: &'a Path,
+    watch: &'a Watch,
+    server: Option<&'a SweepServer>,
+}
+
+/// How a sweep's runs went: the tally, why the rest was not run (the server gone), and what a
+/// capacity search found (for the step's details).
+type Swept = (Tally, Option<String>, Option<serde_json::Value>);
+
+impl Sweep<'_> {
+    /// Every run of every point, in the plan's order.
+    async fn every_point(&self, ctx: &HostCtx) -> Result<Swept> {
+        let mut tally = Tally::default();
+        for run in self.plan.runs() {
+            let outcome = self.run_unit(ctx, run.point, run.repetition).await?;
+            let label = self.plan.points[run.point].label();
+            let shown = match self.plan.repeat {
+                0 | 1 => label,
+                _ => format!("{label} (repetition {})", run.repetition),
+            };
+            if let Some(stop) = tally.add_and_stop(&shown, outcome, self.plan.stop_on_failure) {
+                return Ok((tally, stop, None));
+            }
+        }
+        Ok((tally, None, None))
+    }
+
+    /// The capacity search: per series, the probes the bisection asks for, each an ordinary
+    /// point run (kept from an earlier attempt when the journal has it, judged again by its
+    /// records); then the candidates it did not need recorded skipped as not probed.
+    async fn search(&self, ctx: &HostCtx, search: &SearchPlan) -> Result<Swept> {
+        let mut tally = Tally::default();
+        let mut found = Vec::new();
+        for series in series_of(&self.plan.points, &search.axis) {
+            let mut bisection = Bisection::new(series.len(), search.probes);
+            let mut probed = Vec::new();
+            while let Next::Probe(i) = bisection.next() {
+                let n = series[i];
+                let outcome = self.run_unit(ctx, n, 1).await?;
+                let verdict = match &outcome {
+                    Outcome::Ok { records } => ctx.slo.judge(records),
+                    Outcome::Failed { reason, .. } => Err(format!("failed ({reason})")),
+                    _ => Err("not measured".to_string()),
+                };
+                bisection.measured(i, verdict.is_ok());
+                probed.push((n, verdict));
+                let label = self.plan.points[n].label();
+                if let Some(stop) = tally.add_and_stop(&label, outcome, false) {
+                    return Ok((tally, stop, Some(json!(found))));
+                }
+            }
+            let result = bisection.found();
+            let summary = self.found_words(search, &series, result);
+            for (i, &n) in series.iter().enumerate() {
+                if probed.iter().any(|(p, _)| *p == n) {
+                    continue;
+                }
+                let why = format!("{NOT_PROBED}: {summary}");
+                let work = ctx
+                    .work
+                    .point(&PointKey::new(self.step.index, &self.plan.points[n].label(), 1));
+                let outcome = match work {
+                    PointWork::Keep { kept, .. } => Outcome::of(kept, Vec::new()),
+                    PointWork::Run { attempt } => {
+                        let run = PointRun {
+                            repetition: 1,
+                            attempt,
+                        };
+                        skip(ctx, self.step, &self.plan.points[series[i]], run, &why)
+                    }
+                };
+                tally.add(&self.plan.points[n].label(), outcome);
+            }
+            found.push(self.found_details(search, &series, result, &probed));
+        }
+        Ok((tally, None, Some(json!(found))))
+    }
+
+    /// `concurrency=84 met the limits, concurrency=85 did not (9 probes of 128 candidates)`.
+    fn found_words(&self, search: &SearchPlan, series: &[usize], found: Found) -> String {
+        let at = |i: usize| self.plan.points[series[i]].values[&search.axis].clone();
+        let value = |i: usize| format!("{}={}", search.axis, crate::point::value_text(&at(i)));
+        let probes = format!(
+            "{} of {} candidates",
+            crate::words::count(found.probes as usize, "probe"),
+            series.len()
+        );
+        match (found.met, found.missed) {
+            (Some(m), Some(x)) => format!("{} met the limits, {} did not ({probes})", value(m), value(x)),
+            (Some(m), None) => format!("{} met the limits, the highest candidate ({probes})", value(m)),
+            (None, Some(x)) => format!(
+                "{} did not meet the limits, the lowest candidate ({probes})",
+                value(x)
+            ),
+            (None, None) => format!("nothing measured ({probes})"),
+        }
+    }
+
+    /// What the step's details keep of one series' search.
+    fn found_details(
+        &self,
+        search: &SearchPlan,
+        series: &[usize],
+        found: Found,
+        probed: &[(usize, Result<(), String>)],
+    ) -> serde_json::Value {
+        let point = |n: usize| &self.plan.points[n];
+        let value = |i: Option<usize>| i.map(|i| point(series[i]).values[&search.axis].clone());
+        let mut others = point(series[0]).values.clone();
+        others.shift_remove(&search.axis);
+        json!({
+            "series": crate::point::label(&others),
+            "met": value(found.met),
+            "missed": value(found.missed),
+            "exact": found.is_exact(series.len()),
+            "probes": found.probes,
+            "candidates": series.len(),
+            "probed": probed.iter().map(|(n, verdict)| json!({
+                "point": point(*n).label(),
+                "met": verdict.is_ok(),
+                "why": verdict.as_ref().err(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// One run of point `n`: kept when an earlier attempt of the run stands, skipped when the
+    /// plan skips it, else measured.
+    async fn run_unit(&self, ctx: &HostCtx, n: usize, repetition: u32) -> Result<Outcome> {
+        let point = &self.plan.points[n];
+        let key = PointKey::new(self.step.index, &point.label(), repetition);
+        Ok(match ctx.work.point(&key) {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
-            PointWork::Keep { kept, .. } => Outcome::of(kept),
+            PointWork::Keep { kept, .. } => Outcome::of(kept, ctx.work.records(&key).to_vec()),
             PointWork::Run { attempt } => match &point.skip {
-                Some(reason) => skip(ctx, step, point, PointRun { repetition, attempt }, reason),
+                Some(reason) => skip(ctx, self.step, point, PointRun { repetition, attempt }, reason),
                 None => {
                     let at = Attempts {
-                        dir: &dir,
+                        dir: self.dir,
                         n,
                         repetition,
                         first: attempt,
                     };
-                    run_point(ctx, (step, &watch, server.as_ref()), plan, point, at).await?
+                    let watching = (self.step, self.watch, self.server);
+                    run_point(ctx, watching, self.plan, point, at).await?
                 }
             },
-        };
-        let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && plan.stop_on_failure;
-        if let Outcome::ServerGone { not_run, .. } | Outcome::NotRun { not_run } = &outcome {
-            gone = Some(not_run.clone());
-        }
-        let shown = match plan.repeat {
-            0 | 1 => label,
-            _ => format!("{label} (repetition {repetition})"),
-        };
-        tally.add(&shown, outcome);
-        if stop || gone.is_some() {
-            break;
-        }
+        })
     }
-    let mut outcome = tally.outcome(plan, gone.as_ref());
-    watch.sweep_finished().await;
-    outcome.details["telemetry"] = watch.details();
-    ctx.server_gone = gone;
-    Ok(outcome)
+}
+
+/// The sweep's points by series (the values of every axis but `axis`), each series' points in
+/// the plan's order, which is the candidates' (lowest first).
+fn series_of(points: &[SweepPoint], axis: &str) -> Vec<Vec<usize>> {
+    let mut series: indexmap::IndexMap<String, Vec<usize>> = indexmap::IndexMap::new();
+    for (n, point) in points.iter().enumerate() {
+        let mut others = point.values.clone();
+        others.shift_remove(axis);
+        series.entry(crate::point::label(&others)).or_default().push(n);
+    }
+    series.into_values().collect()
 }
 
 /// The sweep of a server variant whose server did not start: every point run the host's work
@@ -148,7 +295,10 @@ async fn start_watch(ctx: &HostCtx, step: &PlannedStep, dir: &Path, vars: &HostV
 
 /// How a point ended: run now (`fresh`) or kept from an earlier attempt.
 enum Outcome {
-    Ok,
+    /// Measured: the metrics of the records it printed.
+    Ok {
+        records: Vec<Metrics>,
+    },
     Failed {
         reason: String,
         fresh: bool,
@@ -167,9 +317,9 @@ enum Outcome {
 }
 
 impl Outcome {
-    fn of(kept: Kept) -> Outcome {
+    fn of(kept: Kept, records: Vec<Metrics>) -> Outcome {
         match kept {
-            Kept::Ok => Outcome::Ok,
+            Kept::Ok => Outcome::Ok { records },
             Kept::Failed { reason } => Outcome::Failed { reason, fresh: false },
             Kept::Skipped => Outcome::Skipped,
         }
@@ -185,9 +335,30 @@ struct Tally {
 }
 
 impl Tally {
+    /// Counts `outcome`; returns why the sweep stops there, when it does: `Some(None)` a failed
+    /// point with `stop_on_failure`, `Some(Some(why))` the server gone.
+    fn add_and_stop(
+        &mut self,
+        label: &str,
+        outcome: Outcome,
+        stop_on_failure: bool,
+    ) -> Option<Option<String>> {
+        let stop = matches!(outcome, Outcome::Failed { fresh: true, .. }) && stop_on_failure;
+        let gone = match &outcome {
+            Outcome::ServerGone { not_run, .. } | Outcome::NotRun { not_run } => Some(not_run.clone()),
+            _ => None,
+        };
+        self.add(label, outcome);
+        match (stop, gone) {
+            (_, Some(why)) => Some(Some(why)),
+            (true, None) => Some(None),
+            (false, None) => None,
+        }
+    }
+
     fn add(&mut self, label: &str, outcome: Outcome) {
         match outcome {
-            Outcome::Ok => self.ok += 1,
+            Outcome::Ok { .. } => self.ok += 1,
             Outcome::Skipped => self.skipped += 1,
             Outcome::Failed { reason, .. } | Outcome::ServerGone { reason, .. } => {
                 self.failed.push(format!("{label}: {reason}"))
@@ -346,7 +517,11 @@ async fn run_point(
             started,
         };
         let watching = (step, watch, server);
-        let ended = run_attempt(ctx, watching, point, &log_base, &job, at.run(attempt)).await;
+        let (ended, records) = match run_attempt(ctx, watching, point, &log_base, &job, at.run(attempt)).await
+        {
+            Ok((attempted, records)) => (Ok(attempted), records),
+            Err(e) => (Err(e), Vec::new()),
+        };
         std::mem::forget(cut_short);
         let (why, end) = match ended {
             Err(e) if crate::transport::is_lost(&e) => {
@@ -403,7 +578,7 @@ async fn run_point(
                         reason: None,
                     };
                     finish_point(ctx, step, &this, end, started.elapsed().as_secs_f64());
-                    return Ok(Outcome::Ok);
+                    return Ok(Outcome::Ok { records });
                 }
                 Some(why) => (why, Some(end)),
             },
@@ -466,7 +641,7 @@ fn with_slo(slo: &crate::config::slo::Slo, command: &str) -> String {
 
 /// What a stdout line made, on its way to be recorded in order.
 enum Made {
-    Record(serde_json::Map<String, serde_json::Value>),
+    Record(Metrics),
     Unreadable {
         number: usize,
         text: String,
@@ -478,7 +653,8 @@ enum Made {
 /// made by `run` as it arrives (with the telemetry of its window: a scrape of the server, so
 /// milliseconds later). `run` is known before the command starts, so that the transport can key
 /// the command's job on the host by (run, step, point, repetition, attempt). The point's samples
-/// are written to `<log_base>.telemetry.jsonl` when it ends.
+/// are written to `<log_base>.telemetry.jsonl` when it ends. Returns how it ended and the
+/// metrics it recorded.
 async fn run_attempt(
     ctx: &HostCtx,
     (step, watch, server): (&PlannedStep, &Watch, Option<&SweepServer>),
@@ -486,7 +662,7 @@ async fn run_attempt(
     log_base: &Path,
     job: &str,
     run: PointRun,
-) -> Result<Attempted> {
+) -> Result<(Attempted, Vec<Metrics>)> {
     let label = point.label();
     let mut mark = watch.point_started(&label).await;
     let (made, mut arrived) = tokio::sync::mpsc::unbounded_channel();
@@ -527,18 +703,28 @@ async fn run_attempt(
     };
     let claims = crate::telemetry::problems::Claims::of(&point.values);
     let records = async {
+        let mut kept = Vec::new();
         while let Some(made) = arrived.recv().await {
             match made {
                 Made::Record(mut metrics) => {
                     watch.annotate(&mut mark, &mut metrics, claims.clone()).await;
+                    kept.push(metrics.clone());
                     ctx.record_measured(step, point, run, metrics);
                 }
                 Made::Unreadable { number, text, why } => {
                     let at = (point.label(), run, number);
-                    unreadable(ctx, step, &point.values, (&at.0, at.1, at.2), &text, &why)
+                    kept.push(unreadable(
+                        ctx,
+                        step,
+                        &point.values,
+                        (&at.0, at.1, at.2),
+                        &text,
+                        &why,
+                    ))
                 }
             }
         }
+        kept
     };
     // A server that dies ends the command (dropped, it is stopped on the host); what it printed
     // until then is still recorded.
@@ -551,12 +737,15 @@ async fn run_attempt(
             cause = server.died(ctx) => Ok(Attempted::ServerDied(cause)),
         }
     };
-    let (ended, ()) = tokio::join!(guarded, records);
+    let (ended, records) = tokio::join!(guarded, records);
     watch
         .point_finished(&mark, &crate::store::beside(log_base, ".telemetry.jsonl"))
         .await;
-    ended
+    ended.map(|attempted| (attempted, records))
 }
+
+/// A record's metrics.
+type Metrics = serde_json::Map<String, serde_json::Value>;
 
 /// How an attempt's command ended: by itself, or cut short as the server it measures died.
 enum Attempted {
@@ -638,6 +827,7 @@ fn too_long(ctx: &HostCtx, step: &PlannedStep, label: &str, number: usize) {
 
 /// A line that looked like a record but could not be read: a warning naming host, point and
 /// line, and a record marked invalid in its place, so that the table shows the point was hurt.
+/// Returns that record's metrics.
 fn unreadable(
     ctx: &HostCtx,
     step: &PlannedStep,
@@ -645,7 +835,7 @@ fn unreadable(
     (label, run, number): (&str, PointRun, usize),
     line: &str,
     why: &str,
-) {
+) -> Metrics {
     let what = format!(
         "{} {label}: stdout line {number} is not a record: {why}: {}",
         step.name,
@@ -657,5 +847,6 @@ fn unreadable(
     });
     let mut metrics = serde_json::Map::new();
     crate::events::mark_invalid(&mut metrics, vec![what]);
-    ctx.record(step, point, run, metrics, RecordStatus::Ok, None);
+    ctx.record(step, point, run, metrics.clone(), RecordStatus::Ok, None);
+    metrics
 }

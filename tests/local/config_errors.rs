@@ -457,3 +457,40 @@ fn with_server_variants_a_reference_names_its_column() {
         "`gpu1/spec=maybe`: no such variant",
     );
 }
+
+#[test]
+fn a_search_needs_limits_an_axis_of_its_own_sane_candidates_and_one_measurement_per_probe() {
+    let sweep = |slo: &str, extra: &str| {
+        format!("name: t\n{slo}steps:\n  - run-sweep:\n      command: echo {{{{ concurrency }}}}\n{extra}")
+    };
+    let slo = "slo: {p99_ttft_ms: 2000}\n";
+    let search = "      search: {axis: concurrency, from: 1, to: 64}\n";
+    assert_rejected(
+        &sweep("", search),
+        "5:22",
+        "search: needs the limits each probe must meet: give the playbook an `slo:`",
+    );
+    assert_rejected(
+        &sweep(slo, &format!("      matrix: {{concurrency: [1, 2]}}\n{search}")),
+        "7:22",
+        "search: `concurrency` is also a matrix axis",
+    );
+    assert_rejected(
+        &sweep(slo, &format!("{search}      repeat: 3\n")),
+        "7:15",
+        "repeat: a search judges each probe by one measurement",
+    );
+    assert_rejected(
+        &sweep(slo, "      search: {axis: concurrency, from: 64, to: 1}\n"),
+        "6:49",
+        "search: to: 1 is below from: 64",
+    );
+    assert_rejected(
+        &sweep(
+            slo,
+            "      search: {axis: concurrency, from: 1, to: 64, probes: 0}\n",
+        ),
+        "6:60",
+        "search: probes: at least 1",
+    );
+}

@@ -20,6 +20,7 @@ mod bench_lengths;
 mod bench_sim;
 mod bench_trace;
 mod bench_turns;
+mod capacity_search;
 mod config_checks;
 mod config_errors;
 mod config_yaml;

@@ -326,6 +326,10 @@ fn places() -> Vec<Place> {
             one_step("run-sweep: {command: x, repeat_order: bogus}"),
             "/definitions/run-sweep/properties/repeat_order/enum",
         ),
+        playbook(
+            one_step("run-sweep: {command: x, search: {bogus: 1}}"),
+            "/definitions/run-sweep/properties/search/properties",
+        ),
         inventory("bogus: 1\nhosts: {}\n", "/properties"),
         inventory("hosts:\n  a: {bogus: 1}\n", "/definitions/host/properties"),
         inventory(

@@ -8,6 +8,7 @@
 pub mod copy_script;
 pub mod fetch_results;
 pub mod run_sweep;
+pub mod search;
 pub mod shell;
 pub mod start_server;
 pub mod verify_server;
@@ -137,6 +138,12 @@ pub trait StepKind {
     /// How many times the step measures each of its points, given the run's `--repeat`.
     fn repetitions(&self, _run_repeat: Option<u32>) -> u32 {
         1
+    }
+
+    /// The axis a capacity search probes, when the step makes one: its points are candidates,
+    /// and only those probed are measured.
+    fn search_axis(&self) -> Option<&str> {
+        None
     }
 }
 

@@ -6,6 +6,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
+use super::search::{worst_case, SearchPlan, SearchSpec};
 use super::{Describe, OnResume, Plans, StepKind};
 use crate::config::duration::Dur;
 use crate::config::only::Only;
@@ -45,6 +46,9 @@ pub struct RunSweep {
     /// Whether a point's repetitions are spread across the sweep or run back to back.
     #[serde(default)]
     pub repeat_order: RepeatOrder,
+    /// Find each series' capacity under the playbook's `slo:` along one axis instead of
+    /// measuring all its values (see `super::search`).
+    pub search: Option<Box<SearchSpec>>,
 }
 
 /// The most repetitions of a point: a hundred measurements pin a mean down to a fraction of
@@ -93,6 +97,9 @@ pub struct RunSweepPlan {
     /// Points of the matrix that `--only` leaves out (not in `points`).
     #[serde(skip_serializing_if = "is_zero")]
     pub left_out: usize,
+    /// The capacity search the sweep makes over its last axis, if it makes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchPlan>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -145,7 +152,8 @@ impl StepKind for RunSweep {
     }
 
     fn own_variables(&self) -> Vec<&str> {
-        self.matrix.keys().map(String::as_str).collect()
+        let search = self.search.as_ref().map(|s| s.axis.value.as_str());
+        self.matrix.keys().map(String::as_str).chain(search).collect()
     }
 
     fn expressions(&self) -> Vec<(&'static str, &Text)> {
@@ -160,16 +168,25 @@ impl StepKind for RunSweep {
         OnResume::Measure
     }
 
-    /// The matrix's points that `--only` keeps, in the sweep's order.
+    /// The matrix's points that `--only` keeps, in the sweep's order; with a search, each point
+    /// of the other axes once per candidate of its axis (the last one).
     fn points(&self, only: &Only) -> Option<Vec<point::Values>> {
-        let mut points = cartesian(&self.matrix);
+        let mut points = self.all_points();
         points.retain(|values| only.keeps(values));
         Some(points)
     }
 
+    fn search_axis(&self) -> Option<&str> {
+        self.search.as_ref().map(|s| s.axis.value.as_str())
+    }
+
     /// How many times each point is measured, as planning allows it (the run's `--repeat`, or 1
-    /// when `repeat:` is absent; out-of-range values never get past planning).
+    /// when `repeat:` is absent; out-of-range values never get past planning). A search
+    /// measures each probe once.
     fn repetitions(&self, run_repeat: Option<u32>) -> u32 {
+        if self.search.is_some() {
+            return 1;
+        }
         self.repeat
             .as_ref()
             .map_or(run_repeat.unwrap_or(1), |n| n.value)
@@ -194,8 +211,9 @@ impl Plans for RunSweep {
         if let (Err(message), Some(first)) = (check_size(&self.matrix), self.matrix.values().next()) {
             return Err(r.error(first, message));
         }
+        let search = self.search_plan(r)?;
         let chosen = self.points(&r.config.only).unwrap_or_default();
-        let left_out = cartesian(&self.matrix).len() - chosen.len();
+        let left_out = self.all_points().len() - chosen.len();
         let points = chosen
             .into_iter()
             .map(|values| self.point(r, values))
@@ -204,9 +222,13 @@ impl Plans for RunSweep {
             points,
             stop_on_failure: self.stop_on_failure,
             retries: super::retries(r, &self.retries)?,
-            repeat: repeat(r, &self.repeat)?.unwrap_or(r.config.repeat.unwrap_or(1)),
+            repeat: match search {
+                Some(_) => 1,
+                None => repeat(r, &self.repeat)?.unwrap_or(r.config.repeat.unwrap_or(1)),
+            },
             repeat_order: self.repeat_order,
             left_out,
+            search,
         })
     }
 }
@@ -305,6 +327,81 @@ fn repeat(r: &Renderer, written: &Option<serde_saphyr::Spanned<u32>>) -> Result<
 }
 
 impl RunSweep {
+    /// Every point of the matrix, the search's candidates as its last axis.
+    fn all_points(&self) -> Vec<point::Values> {
+        let points = cartesian(&self.matrix);
+        let Some(search) = &self.search else {
+            return points;
+        };
+        let candidates = search.candidates().unwrap_or_default();
+        let axis = &search.axis.value;
+        points
+            .into_iter()
+            .flat_map(|values| {
+                candidates.iter().map(move |c| {
+                    let mut point = values.clone();
+                    point.insert(axis.clone(), c.clone());
+                    point
+                })
+            })
+            .collect()
+    }
+
+    /// The search as planned, checked: candidates that make sense, an axis of its own, limits
+    /// to meet (the playbook's `slo:`), one measurement per probe, a probe budget of at least 1.
+    fn search_plan(&self, r: &Renderer) -> Result<Option<SearchPlan>, RenderError> {
+        let Some(search) = &self.search else {
+            return Ok(None);
+        };
+        let candidates = search.candidates().map_err(|(at, why)| r.error_at(at, why))?;
+        let axis = &search.axis;
+        if self.matrix.contains_key(&axis.value) {
+            let why = format!(
+                "search: `{}` is also a matrix axis; a searched axis takes its values from \
+                 search: (from, to, step) alone: remove it from matrix:",
+                axis.value
+            );
+            return Err(r.error(axis, why));
+        }
+        if r.config.slo.is_empty() {
+            let why = "search: needs the limits each probe must meet: give the playbook an \
+                       `slo:` (e.g. slo: {p99_ttft_ms: 2000})"
+                .to_string();
+            return Err(r.error(axis, why));
+        }
+        if let Some(n) = &self.repeat {
+            let why = "repeat: a search judges each probe by one measurement; remove repeat: \
+                       (or the search, to measure every value repeatedly)";
+            return Err(r.error(n, why.to_string()));
+        }
+        let probes = match &search.probes {
+            Some(p) if p.value == 0 => {
+                return Err(r.error(p, "search: probes: at least 1".to_string()));
+            }
+            Some(p) => p.value,
+            None => worst_case(candidates.len()),
+        };
+        let step = search.step.as_ref().and_then(|s| s.value.as_f64()).unwrap_or(1.0);
+        let points = check_size(&self.matrix).unwrap_or(MAX_POINTS) * candidates.len() as u128;
+        if points > MAX_POINTS {
+            let why = format!(
+                "search: {} candidates for each of the matrix's {} points make {} points; \
+                 rigrun plans at most {}: take a larger step or fewer matrix values",
+                candidates.len(),
+                thousands(points / candidates.len() as u128),
+                thousands(points),
+                thousands(MAX_POINTS)
+            );
+            return Err(r.error(axis, why));
+        }
+        Ok(Some(SearchPlan {
+            axis: axis.value.clone(),
+            candidates: candidates.len(),
+            probes,
+            step,
+        }))
+    }
+
     /// One point rendered with the host's variables and the point's values.
     fn point(&self, r: &Renderer, values: IndexMap<String, Json>) -> Result<SweepPoint, RenderError> {
         let mut vars = r.vars.clone();
@@ -342,6 +439,24 @@ impl Describe for RunSweepPlan {
             n => format!(" ({} left out by --only)", count(n, "more point")),
         };
         let points = count(self.points.len(), "point");
+        if let Some(search) = &self.search {
+            let series = self.points.len() / search.candidates.max(1);
+            let _ = writeln!(
+                out,
+                "{head}: a capacity search over `{}` ({} candidates, {} apart) in {}, at most {} \
+                 each{left_out}{retries}",
+                search.axis,
+                search.candidates,
+                search.step,
+                count(series, "series"),
+                count(search.probes as usize, "probe"),
+            );
+            let first = self.points.iter().step_by(search.candidates.max(1));
+            for p in first.take(series) {
+                let _ = writeln!(out, "       {}  $ {}", p.label(), p.command);
+            }
+            return;
+        }
         let _ = writeln!(out, "{head}: {points}{left_out}{repeat}{retries}");
         for p in &self.points {
             let label = p.label();
@@ -401,6 +516,7 @@ mod tests {
             repeat,
             repeat_order,
             left_out: 0,
+            search: None,
         }
     }
 
