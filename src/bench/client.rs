@@ -166,6 +166,24 @@ impl Client {
         Ok((status, excerpt(&body)))
     }
 
+    /// `POST path` with a JSON body (the tokenize endpoint): its status and whole body, or why
+    /// there was no answer.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Result<(u16, Bytes), String> {
+        let url = format!("{}{path}", self.base);
+        let reply = self
+            .http
+            .send(|c| self.auth(c.post(&url)).json(body).timeout(MODELS_TIMEOUT))
+            .await
+            .result
+            .map_err(|e| format!("cannot reach {url}: {}", explain(&e)))?;
+        let status = reply.status().as_u16();
+        let body = reply
+            .bytes()
+            .await
+            .map_err(|e| format!("{url}: the answer broke off: {}", explain(&e)))?;
+        Ok((status, body))
+    }
+
     /// Sends one request and reads its response to the end; never panics on what the server
     /// sends, and reports every failure by kind. `max_tokens` sizes the event list up front;
     /// with `keep_text` the reply's text is kept in the outcome.

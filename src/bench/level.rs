@@ -303,6 +303,7 @@ async fn converse(
             ready,
             max_tokens: spec.max_tokens,
             input_tokens: spec.input_tokens,
+            expected_prompt_tokens: spec.expected_prompt_tokens,
             turn,
             conversation_from: last.then_some(from),
         };

@@ -144,6 +144,34 @@ pub struct Counts {
     pub fewest_tokens: Option<u64>,
     /// Completed requests whose token counts came from counting events (no usage sent).
     pub counted_without_usage: u64,
+    /// Prompt lengths checked against the usage (text prompts): requests checked, those whose
+    /// `usage.prompt_tokens` differed (the first as expected and reported), those without it.
+    pub prompt_checks: PromptChecks,
+}
+
+/// `usage.prompt_tokens` against the count a request's prompt was cut to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromptChecks {
+    pub checked: u64,
+    pub mismatched: u64,
+    /// The first mismatch: (expected, reported).
+    pub first_mismatch: Option<(u64, u64)>,
+    pub unreported: u64,
+}
+
+impl PromptChecks {
+    /// Checks one completed request's reported prompt tokens against `expected`.
+    fn check(&mut self, expected: u64, reported: Option<u64>) {
+        self.checked += 1;
+        match reported {
+            None => self.unreported += 1,
+            Some(n) if n != expected => {
+                self.mismatched += 1;
+                self.first_mismatch.get_or_insert((expected, n));
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 impl Counts {
@@ -209,6 +237,8 @@ pub struct Asked {
     pub max_tokens: u32,
     /// Prompt tokens if known without the server.
     pub input_tokens: Option<u64>,
+    /// The `usage.prompt_tokens` the server must report, when known (text prompts).
+    pub expected_prompt_tokens: Option<u64>,
     /// Its turn in its conversation, from 0 (always 0 for single requests).
     pub turn: u32,
     /// When its conversation's first request was sent, if this request ends the conversation
@@ -266,6 +296,9 @@ impl Collector {
                 let output = usage.completion_tokens.unwrap_or(events);
                 if usage.completion_tokens.is_none() {
                     self.counts.counted_without_usage += 1;
+                }
+                if let Some(expected) = asked.expected_prompt_tokens {
+                    self.counts.prompt_checks.check(expected, usage.prompt_tokens);
                 }
                 let input = usage.prompt_tokens.or(asked.input_tokens).unwrap_or(0);
                 let ttft = self.add_completed(asked, outcome, input, output);
@@ -465,9 +498,37 @@ mod tests {
             ready: t0,
             max_tokens: 4,
             input_tokens,
+            expected_prompt_tokens: None,
             turn: 0,
             conversation_from: Some(t0),
         }
+    }
+
+    #[test]
+    fn prompt_tokens_are_checked_against_the_usage() {
+        let t0 = Instant::now();
+        let mut c = Collector::new(t0, true, None);
+        // The outcome's usage says 8 prompt tokens.
+        for expected in [8, 9, 8, 7] {
+            let asked = Asked {
+                expected_prompt_tokens: Some(expected),
+                ..asked_at(t0, None)
+            };
+            c.add(asked, &outcome(t0, 0, &[1, 2, 3, 4], 5, 4));
+        }
+        let mut silent = outcome(t0, 0, &[1, 2, 3, 4], 5, 4);
+        if let Ok(done) = &mut silent.result {
+            done.usage = None;
+        }
+        let asked = Asked {
+            expected_prompt_tokens: Some(8),
+            ..asked_at(t0, None)
+        };
+        c.add(asked, &silent);
+        c.add(asked_at(t0, None), &outcome(t0, 0, &[1, 2, 3, 4], 5, 4));
+        let checks = &c.counts.prompt_checks;
+        assert_eq!((checks.checked, checks.mismatched, checks.unreported), (5, 2, 1));
+        assert_eq!(checks.first_mismatch, Some((9, 8)));
     }
 
     #[test]

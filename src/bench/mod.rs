@@ -23,6 +23,7 @@ mod record;
 pub(crate) mod rng;
 mod sse;
 mod sys;
+mod text;
 mod trace;
 mod turns;
 mod validity;
@@ -60,7 +61,14 @@ client is included.
 
 Each JSON line carries `valid` and `problems`: outputs shorter than asked (ignore_eos not \
 honoured), concurrency not reached, failed requests, fewer than 5 × C requests, a saturated client CPU, \
-a --trace replay sent later than its timestamps (p99 lateness above 10 ms, or half the trace's mean gap).
+a --trace replay sent later than its timestamps (p99 lateness above 10 ms, or half the trace's mean gap), \
+text prompts whose usage.prompt_tokens differs from the count they were cut to (or is missing).
+
+--workload text: with --api completions the text is the prompt and counts --input-len tokens as the \
+server counts a text prompt (a BOS included), so usage.prompt_tokens is --input-len; with --api chat \
+the message's text counts --input-len tokens and usage.prompt_tokens adds the chat template's \
+(`chat_template_tokens` in the records; needs vLLM's /tokenize, which takes messages). Every prompt \
+is cut before the first level (give --num-requests, not --duration).
 
 With --slo p99_ttft_ms=2000,median_tpot_ms=50, each line also carries `good_requests` and `goodput` \
 (requests per second whose own TTFT, TPOT and E2EL met every limit, judged per request).
@@ -80,7 +88,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "C,...", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub concurrency: Vec<u32>,
-    /// Prompt tokens per request (catid and random workloads).
+    /// Prompt tokens per request (catid, random and text workloads).
     #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub input_len: u32,
     /// Output tokens asked per request (max_tokens, with ignore_eos).
@@ -124,9 +132,12 @@ pub struct BenchArgs {
     /// loop that keeps C in flight).
     #[arg(long, value_name = "R", value_parser = positive_rate)]
     pub request_rate: Option<f64>,
-    /// Prompts: catid (one repeated token id), random (random token ids), or a JSONL file with
-    /// one {"prompt": ...} or {"messages": [...]} per line (optional "max_tokens").
-    #[arg(long, value_name = "catid|random|FILE", default_value = "catid")]
+    /// Prompts: catid (one repeated token id), random (random token ids), text (passages of a
+    /// public-domain novel shipped with rigrun, each request its own, cut to exactly its length
+    /// of the served model's tokenizer through the server's POST /tokenize, and checked against
+    /// usage.prompt_tokens), or a JSONL file with one {"prompt": ...} or {"messages": [...]} per
+    /// line (optional "max_tokens").
+    #[arg(long, value_name = "catid|random|text|FILE", default_value = "catid")]
     pub workload: String,
     /// The token id catid's prompt repeats.
     #[arg(long, value_name = "ID", default_value_t = DEFAULT_TOKEN_ID)]
@@ -248,6 +259,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         None
     };
     let seed = args.seed.unwrap_or_else(random_u64);
+    let source = match source {
+        Source::Text(_) => {
+            let count = text_prompts_needed(&args);
+            let lengths = asked_lengths(&args, seed);
+            Source::Text(
+                text::build(&client, &model, args.api, &lengths, count)
+                    .await
+                    .map_err(Invalid)?,
+            )
+        }
+        other => other,
+    };
     let workload = Workload::new(WorkloadSpec {
         source,
         api: args.api,
@@ -311,8 +334,35 @@ fn levels(args: &BenchArgs, info: &RunInfo) -> Vec<u32> {
     }
 }
 
-/// Checks what clap cannot: the URL's shape, one cap for a replay.
+/// The requests of a text run, every one with its own prompt cut before the first level: per
+/// level its warm-up and its measured requests, numbered across levels as `level` numbers them.
+fn text_prompts_needed(args: &BenchArgs) -> u64 {
+    let levels = if args.concurrency.is_empty() {
+        &[1][..]
+    } else {
+        &args.concurrency
+    };
+    levels
+        .iter()
+        .map(|&c| {
+            let c = u64::from(c);
+            args.warmup.unwrap_or(c) + args.num_requests.unwrap_or(5 * c)
+        })
+        .sum()
+}
+
+/// Checks what clap cannot: the URL's shape, one cap for a replay, a text run's count.
 fn check_args(args: &BenchArgs) -> Result<(), Invalid> {
+    if args.workload == text::NAME && args.trace.is_none() {
+        workload::check_text(args.turns, args.unique_prefix).map_err(Invalid)?;
+        if args.duration.is_some() {
+            return Err(Invalid(
+                "--workload text cuts every prompt before the first level, so it needs the \
+                 number of requests: give --num-requests instead of --duration"
+                    .into(),
+            ));
+        }
+    }
     if args.trace.is_some() && args.concurrency.len() > 1 {
         return Err(Invalid(
             "--trace replays the trace once, as one level: give one --concurrency cap, or none \
@@ -397,7 +447,8 @@ fn unknown_model(base: &str, model: &str, listed: &[String]) -> String {
 }
 
 fn check_fits(args: &BenchArgs, max_model_len: Option<u64>) -> Result<(), Invalid> {
-    let token_prompts = args.api == Api::Completions && matches!(args.workload.as_str(), "catid" | "random");
+    let token_prompts =
+        args.api == Api::Completions && matches!(args.workload.as_str(), "catid" | "random" | text::NAME);
     let nominal = u64::from(args.input_len) + u64::from(args.output_len);
     // Bounded distributions must fit at their longest; a normal one at its mean.
     let (total, longest) = match asked_lengths(args, 0).longest() {
@@ -465,6 +516,10 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
         uniform_output: !matches!(spec.source, Source::File { .. } | Source::Trace(_))
             && spec.lengths.output_dist == Dist::Fixed,
         replay: None,
+        text: match &spec.source {
+            Source::Text(prompts) => Some(prompts.info.clone()),
+            _ => None,
+        },
     };
     match workload.trace() {
         Some(trace) => trace::run_info(args, trace, info),
@@ -474,7 +529,13 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
 
 /// The run's opening lines on stderr.
 fn intro(client: &Client, info: &RunInfo) -> String {
-    let note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
+    let mut note = info.workload_note.map_or(String::new(), |n| format!("\n  ({n})"));
+    if let Some(text) = &info.text {
+        note.push_str(&format!(
+            "\n  (text from {}, token counts from the {}, each checked against usage.prompt_tokens)",
+            text.corpus, text.tokenizer
+        ));
+    }
     let dist = |d: &Option<String>| d.as_ref().map_or(String::new(), |d| format!(" ({d})"));
     let turns = match (&info.replay, info.turns) {
         (Some(r), _) => format!(

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::level::{LevelPlan, LevelResult, Stop};
 use super::metrics::{Counts, LatencyStats};
 use super::sys;
+use super::text::TextInfo;
 use super::trace::{self, Lateness, Replay};
 use super::turns::{self, TurnSummary};
 use super::validity::{self, Evidence};
@@ -39,6 +40,8 @@ pub struct RunInfo {
     pub uniform_output: bool,
     /// The trace replayed (`--trace`), if any.
     pub replay: Option<Replay>,
+    /// The text workload's corpus and tokenizer (`--workload text`), if it is the workload.
+    pub text: Option<TextInfo>,
 }
 
 /// The numbers of one level, for the record and the stderr table.
@@ -226,6 +229,9 @@ impl Summary {
         if let Some(id) = info.token_id {
             m.insert("token_id".into(), id.into());
         }
+        if let Some(text) = &info.text {
+            self.text_context(text, m);
+        }
         m.insert("seed".into(), info.seed.into());
         m.insert("input_len".into(), info.input_len.into());
         m.insert("output_len".into(), info.output_len.into());
@@ -242,6 +248,24 @@ impl Summary {
         m.insert("num_prompts".into(), json!(self.num_prompts));
         m.insert("warmup".into(), self.warmup.into());
         m.insert("cache".into(), self.cache.into());
+    }
+
+    /// The text workload's sources, and how its prompt lengths checked out.
+    fn text_context(&self, text: &TextInfo, m: &mut Map<String, Value>) {
+        m.insert("tokenizer".into(), text.tokenizer.into());
+        m.insert("text_corpus".into(), text.corpus.into());
+        m.insert("text_corpus_sha256".into(), text.corpus_sha256.clone().into());
+        if let Some((least, most)) = text.chat_template_tokens {
+            let value = if least == most {
+                json!(least)
+            } else {
+                json!(format!("{least}-{most}"))
+            };
+            m.insert("chat_template_tokens".into(), value);
+        }
+        let checks = &self.counts.prompt_checks;
+        m.insert("prompt_tokens_checked".into(), checks.checked.into());
+        m.insert("prompt_tokens_mismatched".into(), checks.mismatched.into());
     }
 
     /// Counts and throughputs.

@@ -3,8 +3,9 @@
 //! Each check guards against a way benchmark clients have been seen to mislead: servers that
 //! ignore `ignore_eos` (short outputs make throughput look higher per request asked), clients
 //! that never reach the concurrency they claim, failed requests left out of the averages, too
-//! few requests to reach steady state, a client too busy to time what it receives, and a trace
-//! replay sent later than its timestamps.
+//! few requests to reach steady state, a client too busy to time what it receives, a trace
+//! replay sent later than its timestamps, and text prompts the server counted otherwise than
+//! they were cut (`usage.prompt_tokens` not the length asked).
 
 use super::metrics::Counts;
 use super::trace::{self, Lateness};
@@ -49,6 +50,8 @@ pub fn problems(e: &Evidence) -> Vec<String> {
         failures(e),
         too_few_requests(e),
         cpu_saturated(e),
+        prompt_tokens_differ(e),
+        prompt_tokens_unreported(e),
         e.replay.as_ref().and_then(trace::behind),
     ]
     .into_iter()
@@ -138,6 +141,32 @@ fn too_few_requests(e: &Evidence) -> Option<String> {
     })
 }
 
+/// A text prompt cut to N tokens of the server's tokenizer that the server counted otherwise:
+/// the level did not send the lengths it claims.
+fn prompt_tokens_differ(e: &Evidence) -> Option<String> {
+    let p = &e.counts.prompt_checks;
+    let (expected, reported) = p.first_mismatch?;
+    Some(format!(
+        "{} of {} completed requests reported other prompt tokens than their prompts were cut \
+         to with the server's tokenizer (first: expected {expected}, usage.prompt_tokens \
+         {reported}): the server's tokenize endpoint and its completions count differently, so \
+         the prompt lengths of this level are not what it claims",
+        p.mismatched, p.checked
+    ))
+}
+
+/// Text prompts whose usage said nothing of the prompt: their length was not checked.
+fn prompt_tokens_unreported(e: &Evidence) -> Option<String> {
+    let p = &e.counts.prompt_checks;
+    (p.unreported > 0).then(|| {
+        format!(
+            "{} of {} completed requests sent no usage.prompt_tokens, so their prompt lengths \
+             could not be checked against the lengths they were cut to",
+            p.unreported, p.checked
+        )
+    })
+}
+
 fn cpu_saturated(e: &Evidence) -> Option<String> {
     let cores = e.cores.max(1) as f64;
     (e.cores_used >= CPU_SATURATED * cores).then(|| {
@@ -152,6 +181,7 @@ fn cpu_saturated(e: &Evidence) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::metrics::PromptChecks;
     use super::*;
 
     fn good() -> Evidence {
@@ -201,6 +231,39 @@ mod tests {
         assert_eq!(p[2], "2 of 18 requests failed (http_500: 2)");
         assert!(p[3].starts_with("only 18 requests were measured, fewer than 5 × C = 20"));
         assert!(p[4].contains("CPU was saturated (190% of 2 cores)"));
+    }
+
+    #[test]
+    fn prompt_tokens_other_than_cut_are_reported() {
+        let mut e = good();
+        e.counts.prompt_checks = PromptChecks {
+            checked: 20,
+            mismatched: 3,
+            first_mismatch: Some((1000, 1001)),
+            unreported: 0,
+        };
+        let p = problems(&e);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].starts_with(
+                "3 of 20 completed requests reported other prompt tokens than their prompts were \
+                 cut to with the server's tokenizer (first: expected 1000, usage.prompt_tokens 1001)"
+            ),
+            "{}",
+            p[0]
+        );
+        e.counts.prompt_checks = PromptChecks {
+            checked: 20,
+            unreported: 20,
+            ..PromptChecks::default()
+        };
+        assert_eq!(
+            problems(&e),
+            [
+                "20 of 20 completed requests sent no usage.prompt_tokens, so their prompt lengths \
+              could not be checked against the lengths they were cut to"
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! What each request asks for: its prompt (catid's repeated token, random token ids, or prompts
-//! from a JSONL file), its output length (nominal or drawn, see `lengths`), and its JSON body for
-//! the chosen API; in a multi-turn conversation, each turn's prompt with the history so far.
+//! What each request asks for: its prompt (catid's repeated token, random token ids, natural
+//! text cut to exact lengths (see `text`), or prompts from a JSONL file), its output length
+//! (nominal or drawn, see `lengths`), and its JSON body for the chosen API; in a multi-turn
+//! conversation, each turn's prompt with the history so far.
 //!
 //! Token-id prompts (`/v1/completions`) have an exact input length whatever the tokenizer.
 //! Chat messages are text, so there the prompt is built from words that are one token in common
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::lengths::{Dist, Lengths};
 use super::rng::Rng;
+use super::text::{self, TextPrompts};
 use super::trace::Trace;
 
 /// The token id catid's method repeats (the seeds' scripts use it).
@@ -58,6 +60,9 @@ pub enum Source {
     Catid,
     /// `--input-len` random token ids per request.
     Random,
+    /// Passages of a public-domain book, each cut to its request's length with the server's
+    /// tokenizer before the first level (see `text`; empty until built).
+    Text(std::sync::Arc<TextPrompts>),
     /// Prompts read from a JSONL file, used in turn.
     File { path: String, prompts: Vec<FilePrompt> },
     /// A trace's lines, request n being line n (see `trace`).
@@ -107,6 +112,9 @@ pub struct RequestSpec {
     pub max_tokens: u32,
     /// Prompt tokens when known without the server's tokenizer (token-id prompts).
     pub input_tokens: Option<u64>,
+    /// The `usage.prompt_tokens` the server must report (text prompts, counted by its own
+    /// tokenizer before sending): a different count is flagged, never accepted.
+    pub expected_prompt_tokens: Option<u64>,
 }
 
 /// Builds the requests of a run.
@@ -143,6 +151,7 @@ impl Workload {
         match &self.spec.source {
             Source::Catid => "catid".into(),
             Source::Random => "random".into(),
+            Source::Text(_) => text::NAME.into(),
             Source::File { path, .. } => format!("file:{path}"),
             Source::Trace(trace) => format!("trace:{}", trace.path),
         }
@@ -179,8 +188,15 @@ impl Workload {
     fn build(&self, index: u64) -> RequestSpec {
         let spec = &self.spec;
         let (input_len, output_len) = spec.lengths.of(index);
+        let mut expected_prompt_tokens = None;
         let (content, max_tokens) = match &spec.source {
             Source::Catid => (self.catid_prompt(index, input_len), output_len),
+            Source::Text(text) => {
+                // Built for every request of the run; the modulo only guards the arithmetic.
+                let prompt = &text.prompts[(index % text.prompts.len().max(1) as u64) as usize];
+                expected_prompt_tokens = Some(prompt.expected_prompt_tokens);
+                (Content::Text(prompt.text.clone()), output_len)
+            }
             Source::Random => (self.random_prompt(index, input_len), output_len),
             Source::File { prompts, .. } => {
                 let prompt = &prompts[(index % prompts.len() as u64) as usize];
@@ -199,6 +215,7 @@ impl Workload {
             body: body(spec, &content, max_tokens),
             max_tokens,
             input_tokens,
+            expected_prompt_tokens,
         }
     }
 
@@ -238,6 +255,7 @@ impl Workload {
             body: body(spec, &content, max_tokens),
             max_tokens,
             input_tokens: None,
+            expected_prompt_tokens: None,
         };
         (request, message)
     }
@@ -357,6 +375,12 @@ impl Workload {
 
 /// Checks the combinations a workload cannot serve.
 fn check(spec: &WorkloadSpec) -> Result<(), String> {
+    if let Source::Text(text) = &spec.source {
+        if text.prompts.is_empty() {
+            return Err("--workload text: no prompt was cut (see text::build)".into());
+        }
+        return check_text(spec.turns, spec.unique_prefix);
+    }
     let Source::File { path, prompts } = &spec.source else {
         return Ok(());
     };
@@ -400,12 +424,34 @@ fn check(spec: &WorkloadSpec) -> Result<(), String> {
     }
 }
 
+/// The text workload sends each request a passage of its own, cut to an exact length: checked
+/// before any prompt is cut.
+pub fn check_text(turns: u32, unique_prefix: bool) -> Result<(), String> {
+    if turns > 1 {
+        return Err(
+            "--workload text: --turns builds conversations from catid's or random's words; \
+             text prompts are single requests (leave out --turns)"
+                .into(),
+        );
+    }
+    if unique_prefix {
+        return Err(
+            "--workload text: every request already starts at a passage of its own, so no \
+             prefix cache serves it; leave out --unique-prefix (it would break the text and its \
+             exact length)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 impl Source {
-    /// `catid`, `random`, or the path of a JSONL prompts file (read now).
+    /// `catid`, `random`, `text` (its prompts built later, see `text::build`), or the path of a JSONL prompts file (read now).
     pub fn parse(text: &str) -> Result<Source, String> {
         match text {
             "catid" => Ok(Source::Catid),
             "random" => Ok(Source::Random),
+            text::NAME => Ok(Source::Text(std::sync::Arc::default())),
             path => read_prompts(Path::new(path)).map(|prompts| Source::File {
                 path: path.to_string(),
                 prompts,
@@ -420,7 +466,7 @@ fn read_prompts(path: &Path) -> Result<Vec<FilePrompt>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         format!(
             "--workload {}: cannot read the prompts file ({e}); the workload is catid, random, \
-             or a JSONL file",
+             text, or a JSONL file",
             path.display()
         )
     })?;
@@ -638,6 +684,44 @@ mod tests {
         assert_eq!(new, " the".repeat(8));
         assert_eq!(json(&request)["prompt"], format!(" the the ok{new}"));
         assert_eq!((request.max_tokens, request.input_tokens), (4, None));
+    }
+
+    #[test]
+    fn text_prompts_are_sent_as_text_with_the_usage_they_must_get() {
+        let prompts = TextPrompts {
+            prompts: vec![
+                text::TextPrompt {
+                    text: "It is a truth".into(),
+                    expected_prompt_tokens: 4,
+                },
+                text::TextPrompt {
+                    text: "universally acknowledged".into(),
+                    expected_prompt_tokens: 11,
+                },
+            ],
+            info: text::TextInfo::default(),
+        };
+        let source = Source::Text(std::sync::Arc::new(prompts));
+        let w = Workload::new(spec(source.clone(), Api::Completions, false)).unwrap();
+        assert_eq!(w.name(), "text");
+        assert_eq!(json(&w.request(1))["prompt"], "universally acknowledged");
+        let first = w.request(0);
+        assert_eq!(
+            (first.expected_prompt_tokens, first.input_tokens),
+            (Some(4), None)
+        );
+        let chat = Workload::new(spec(source, Api::Chat, false)).unwrap();
+        assert_eq!(
+            json(&chat.request(0))["messages"],
+            json!([{"role": "user", "content": "It is a truth"}])
+        );
+        let empty = Source::parse("text").unwrap();
+        let err = Workload::new(spec(empty, Api::Chat, false)).unwrap_err();
+        assert!(err.contains("no prompt was cut"), "{err}");
+        assert!(check_text(2, false).unwrap_err().contains("leave out --turns"));
+        assert!(check_text(1, true)
+            .unwrap_err()
+            .contains("leave out --unique-prefix"));
     }
 
     #[test]

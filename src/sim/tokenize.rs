@@ -6,6 +6,10 @@
 //!   null unless asked for; the sim never fills it);
 //! - llama.cpp's: `{"content"}` → `{"tokens"}` (no BOS: its `add_special` defaults to false).
 //!
+//! vLLM's `add_special_tokens` and llama.cpp's `add_special` are taken and change nothing: the
+//! rule has no special tokens in a prompt, so a text counts the same with or without them (and
+//! as its completion's usage counts it), which `rigrun bench --workload text` relies on.
+//!
 //! They share the path, so the body decides: `content` without `prompt` or `messages` is
 //! llama.cpp's; otherwise the `--metrics-names` flavour shapes the reply.
 
@@ -99,6 +103,23 @@ mod tests {
         assert_eq!(r["tokens"], json!(generation.prompts[0].ids));
         assert_eq!(r["count"], 5 + 2 + 3);
         assert!(r.get("token_strs").is_none());
+    }
+
+    /// `rigrun bench --workload text` asks with and without special tokens; the rule has none,
+    /// so both count the same (as the completion's usage does).
+    #[test]
+    fn special_token_flags_are_taken_and_change_nothing() {
+        let text = "It is a truth universally acknowledged";
+        let n = tokens::prompt_ids(text).len();
+        for body in [
+            json!({"model": "m", "prompt": text, "add_special_tokens": true}),
+            json!({"model": "m", "prompt": text, "add_special_tokens": false}),
+            json!({"content": text, "add_special": true}),
+            json!({"content": text, "add_special": false}),
+        ] {
+            let r = ask(&body.to_string(), Names::Vllm).unwrap();
+            assert_eq!(r["tokens"].as_array().unwrap().len(), n, "{body}");
+        }
     }
 
     #[test]

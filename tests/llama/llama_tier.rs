@@ -465,3 +465,25 @@ fn telemetry_reads_the_real_servers_metrics_per_point_and_its_deltas_match_the_r
         "{body}"
     );
 }
+
+/// `--workload text` against llama.cpp's own tokenizer: every passage is cut to exactly 128
+/// tokens through its `POST /tokenize` (llama.cpp's form), and its usage and its counters agree.
+#[test]
+fn text_prompts_are_cut_exactly_with_llama_cpps_tokenizer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start_server(tmp.path());
+    let (m, delta) = bench_level(server.port, 2, &["--workload", "text", "--seed", "9"]);
+    assert_eq!(m["tokenizer"], "server POST /tokenize (llama.cpp form)", "{m}");
+    assert_eq!(m["valid"], true, "{m}");
+    assert_eq!(
+        (
+            m["prompt_tokens_checked"].as_u64(),
+            m["prompt_tokens_mismatched"].as_u64()
+        ),
+        (Some(10), Some(0)),
+        "{m}"
+    );
+    assert_eq!(m["total_input_tokens"], 10 * 128, "{m}");
+    let prompt = delta("llamacpp:prompt_tokens_total") + delta("llamacpp:prompt_tokens_cached_total");
+    assert_eq!(prompt, 1280.0, "{m}");
+}

@@ -19,24 +19,12 @@ use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
 /// Serves `/{mode}/v1/models` and `/{mode}/v1/completions` on a free port, in its own thread.
-fn fault_server() -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let app = Router::new()
-                .route("/{mode}/v1/models", get(models))
-                .route("/{mode}/v1/completions", post(completions))
-                .with_state(Arc::new(AtomicU64::new(0)));
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
+fn fault_server() -> TestServer {
+    let app = Router::new()
+        .route("/{mode}/v1/models", get(models))
+        .route("/{mode}/v1/completions", post(completions))
+        .with_state(Arc::new(AtomicU64::new(0)));
+    TestServer::start(app)
 }
 
 async fn models() -> Json<Value> {
@@ -118,7 +106,8 @@ async fn completions(
 const SMALL: [&str; 6] = ["--concurrency", "2", "--input-len", "8", "--output-len", "10"];
 
 fn bench_mode(mode: &str) -> BenchRun {
-    let url = format!("{}/{mode}", fault_server());
+    let server = fault_server();
+    let url = format!("{}/{mode}", server.base);
     bench(&url, &SMALL)
 }
 
@@ -362,7 +351,8 @@ fn verify_server_its_smoke_and_facts_lose_nothing_when_the_server_closes_after_e
 /// front (exit 2) with one line naming the server and what to do, never a silent skip.
 #[test]
 fn reset_cache_is_refused_by_a_server_that_cannot_reset() {
-    let url = format!("{}/good", fault_server());
+    let server = fault_server();
+    let url = format!("{}/good", server.base);
     let run = bench(&url, &["--concurrency", "1", "--reset-cache"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.records.is_empty());

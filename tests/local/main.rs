@@ -18,6 +18,7 @@ mod bench_cache;
 mod bench_faults;
 mod bench_lengths;
 mod bench_sim;
+mod bench_text;
 mod bench_trace;
 mod bench_turns;
 mod capacity_search;
