@@ -44,6 +44,10 @@ const PARAMETERS: &[&str] = &[
     "warmup",
     // rigrun bench's prefix-cache state when measuring began (`reset` or `warm`).
     "cache",
+    // What `--workload text` cut its prompts from, and what `--trace` replayed at what speed.
+    "text_corpus_sha256",
+    "trace_sha256",
+    "trace_speed",
 ];
 
 /// How a run's own id reads in its commands once masked, so that runs compare.
