@@ -732,10 +732,7 @@ fn host_series(host: &str, concurrency: Option<f64>, per_level: bool) -> (String
     }
 }
 
-/// Served below this share of the rate offered, a host has fallen behind its load.
-const KEEPS_UP: f64 = 0.95;
-/// A p99 TTFT above this many times the one at the lowest rate offered has departed from it.
-const DEPARTS: f64 = 2.0;
+use super::rate_story::{DEPARTS, KEEPS_UP};
 
 /// The offered request rate on x and what `y` says of each sample on y (the value and its
 /// tooltip), a line per host (and concurrency, when it varies) named with `marker`, points in

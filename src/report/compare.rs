@@ -248,6 +248,7 @@ impl<'a> Across<'a> {
             metric,
             rows,
             scaling: Vec::new(),
+            rates: Vec::new(),
             slo,
         }
     }

@@ -1,10 +1,13 @@
 //! CSV for spreadsheets and notebooks: the runs' notices, what differs between the hosts or runs
-//! compared, the SLO capacities, then one line per cell (long format), numbers unformatted, and the scaling story,
+//! compared, the SLO capacities, then one line per cell (long format), numbers unformatted, the
+//! rate story (`metric` = `rate`: the rate served at each offered rate, where the host falls
+//! behind, where its latency departs, the highest rate within the limits) and the scaling story,
 //! one line per step, knee and limit.
 
 use super::capacity::SloCapacity;
 use super::facts_diff::FactsDiff;
 use super::model::Report;
+use super::rate_story::RateStory;
 use super::scaling::ScalingStory;
 use super::Cell;
 
@@ -35,6 +38,12 @@ pub fn render(report: &Report) -> String {
                     let _ =
                         writer.write_record([&grid.title, &grid.metric, &label, column, &hw, "ci95", &about]);
                 }
+            }
+        }
+        for story in &grid.rates {
+            for [column, value, status] in rate_lines(story) {
+                let row = [&grid.title, "rate", &story.name, &column, &value, &status, ""];
+                let _ = writer.write_record(row);
             }
         }
         for series in &grid.scaling {
@@ -207,6 +216,32 @@ fn fields(cell: &Cell) -> (String, &'static str, String) {
         Cell::Missing => (String::new(), "missing", String::new()),
         Cell::Label { .. } | Cell::Check { .. } => (cell.text(), "label", String::new()),
     }
+}
+
+/// [column, value, status] lines of one rate story: per offered rate (`offered 8`) the rate
+/// served (status `served`), then `falls behind`, `latency departs` and `within slo` with their
+/// rate (empty when there is none).
+fn rate_lines(story: &RateStory) -> Vec<[String; 3]> {
+    let text = |rate: Option<f64>| rate.map(|r| r.to_string()).unwrap_or_default();
+    let mut lines: Vec<[String; 3]> = story
+        .levels
+        .iter()
+        .map(|l| [format!("offered {}", l.offered), text(l.served), "served".into()])
+        .collect();
+    lines.push([
+        "falls behind".into(),
+        text(story.falls_behind),
+        "falls behind".into(),
+    ]);
+    lines.push([
+        "latency departs".into(),
+        text(story.latency_departs),
+        "latency departs".into(),
+    ]);
+    if let Some(within) = &story.within_slo {
+        lines.push(["within slo".into(), text(within.rate), "within slo".into()]);
+    }
+    lines
 }
 
 /// [column, value, status, reason] lines of one scaling story: the efficiency of each step

@@ -9,8 +9,21 @@ use super::planned::Planned;
 use super::references::Lookup;
 use super::search::SearchSummary;
 use super::steps::{group, is_main_step, RowRecords, StepRecords};
-use super::{scaling, Run};
+use super::{rate_story, scaling, Run};
 use crate::point::Values;
+
+/// Whether the step's points offer several request rates at a single concurrency: the
+/// concurrency-based capacity cannot tell its levels apart.
+fn only_rates_vary(step: &StepRecords) -> bool {
+    let distinct = |axis: &str| {
+        let values = step.rows.values().flat_map(|row| row.values().flatten());
+        let texts: std::collections::BTreeSet<String> = values
+            .filter_map(|r| r.point.get(axis).map(crate::point::value_text))
+            .collect();
+        texts.len()
+    };
+    distinct("request_rate") > 1 && distinct("concurrency") <= 1
+}
 
 /// A run read for its tables: its records grouped by step (with a row for every planned
 /// point, run or not), its planned sweeps and its references.
@@ -83,6 +96,10 @@ impl<'a> RunTables<'a> {
                 true => scaling::stories(step, &metric, &hosts),
                 false => Vec::new(),
             },
+            rates: match story {
+                true => rate_story::stories(step, &hosts, &self.run.manifest.slo),
+                false => Vec::new(),
+            },
             slo: story.then(|| self.capacity(step, &metric, &hosts)).flatten(),
             metric,
             columns,
@@ -101,6 +118,8 @@ impl<'a> RunTables<'a> {
                 Some(SloCapacity::searched(limits, metric, search))
             }
             (Some(axis), None) if axis != "concurrency" => None,
+            // Rates offered at one concurrency cap: its rate story says which rate holds.
+            (None, None) if only_rates_vary(step) => None,
             (_, search) => {
                 let mut capacity = SloCapacity::of(step, metric, hosts, limits)?;
                 capacity.search = search;

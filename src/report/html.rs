@@ -15,7 +15,6 @@ use super::cell::Cell;
 use super::facts_diff::FactsDiff;
 use super::header::{Header, HostHeader, RunFacts};
 use super::model::{Grid, Report, RunSummary, Section, Topic};
-use super::scaling;
 use super::svg::escape;
 use super::Verdict;
 use crate::point::value_text;
@@ -240,7 +239,8 @@ struct TableView<'a> {
     rows: Vec<Vec<(&'static str, String)>>,
     notes: Vec<String>,
     /// The story's heading, then a line per series.
-    scaling: Vec<String>,
+    /// What the sweep tells (scaling, rates): per story a heading and its lines.
+    stories: Vec<Vec<String>>,
 }
 
 impl TableView<'_> {
@@ -258,7 +258,7 @@ impl TableView<'_> {
             columns: &grid.columns,
             rows,
             notes,
-            scaling: scaling::describe(&grid.scaling),
+            stories: grid.stories(),
         }
     }
 }
@@ -313,6 +313,7 @@ mod tests {
                 cells: vec![Cell::Label { text: "x".into() }, Cell::Check { met: false }],
             }],
             scaling: Vec::new(),
+            rates: Vec::new(),
             slo: None,
         };
         let report = Report {

@@ -9,6 +9,7 @@ use super::capacity::SloCapacity;
 use super::cell::Spread;
 use super::facts_diff::FactsDiff;
 use super::model::{Grid, Report, Row};
+use super::rate_story::RateStory;
 use super::scaling::ScalingStory;
 use super::stats::Welch;
 use super::{Cell, RefCheck, Verdict};
@@ -115,6 +116,10 @@ struct GridJson<'a> {
     rows: Vec<RowJson<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scaling: &'a Vec<ScalingStory>,
+    /// Per series of a sweep over offered request rates: served against offered, where it falls
+    /// behind and where its p99 TTFT departs, the highest rate within the limits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rates: &'a Vec<RateStory>,
     /// The latency limits and, per series, the highest concurrency within them, the table's
     /// metric there, its ratio to the baseline and the first level above that breaks a limit.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +159,7 @@ impl GridJson<'_> {
             columns: &grid.columns,
             rows: grid.rows.iter().map(RowJson::of).collect(),
             scaling: &grid.scaling,
+            rates: &grid.rates,
             slo: grid.slo.as_ref(),
             notices: context.notices,
             attempts: context.attempts,

@@ -48,7 +48,10 @@ pub fn render(report: &Report) -> String {
         for note in notes {
             out.push_str(&format!("{}  \n", escape(&note)));
         }
-        if let Some((intro, lines)) = super::scaling::describe(&grid.scaling).split_first() {
+        for story in grid.stories() {
+            let Some((intro, lines)) = story.split_first() else {
+                continue;
+            };
             out.push_str(&format!("\n**{}**\n\n", escape(intro)));
             for line in lines {
                 out.push_str(&format!("- {}\n", escape(line)));

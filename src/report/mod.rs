@@ -21,6 +21,7 @@ mod metric_names;
 mod model;
 mod placement;
 mod planned;
+mod rate_story;
 pub mod references;
 mod runs_table;
 pub mod scaling;

@@ -8,6 +8,7 @@ use super::capacity::SloCapacity;
 use super::cell::Cell;
 use super::facts_diff::FactsDiff;
 use super::header::Header;
+use super::rate_story::RateStory;
 use super::scaling::ScalingStory;
 use super::svg::Chart;
 use super::Run;
@@ -209,6 +210,8 @@ pub struct Grid {
     pub rows: Vec<Row>,
     /// The scaling story of a concurrency sweep, per host.
     pub scaling: Vec<ScalingStory>,
+    /// The story of a sweep over offered request rates, per host.
+    pub rates: Vec<RateStory>,
     /// The capacity of each host under the run's latency limits, when it states any.
     pub slo: Option<SloCapacity>,
 }
@@ -223,6 +226,16 @@ pub struct Row {
 }
 
 impl Grid {
+    /// What the table's sweep tells, as lines under it: per story (scaling, rates) a heading
+    /// and a line per host; none when it tells nothing.
+    pub fn stories(&self) -> Vec<Vec<String>> {
+        let told = [
+            super::scaling::describe(&self.scaling),
+            super::rate_story::describe(&self.rates),
+        ];
+        told.into_iter().filter(|lines| !lines.is_empty()).collect()
+    }
+
     /// The cells as text for human formats, and the notes under the table: a skipped, failed
     /// or invalid cell, or a missed reference, shows a note number and its reason is listed
     /// once under the table, so long reasons do not stretch the columns.

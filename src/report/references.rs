@@ -153,6 +153,7 @@ pub fn grid(run: &Run) -> Option<Grid> {
         .to_vec(),
         rows,
         scaling: Vec::new(),
+        rates: Vec::new(),
         slo: None,
     })
 }

@@ -50,7 +50,7 @@ pub fn render_within(report: &Report, limit: Option<usize>) -> String {
         out.push_str(&format!("{} — {}\n", grid.title, grid.metric));
         let (rows, notes) = grid.with_notes();
         out.push_str(&fitted(&grid.columns, &rows, Align::NumbersRight, limit));
-        for note in notes.iter().chain(&super::scaling::describe(&grid.scaling)) {
+        for note in notes.iter().chain(grid.stories().iter().flatten()) {
             out.push_str(&format!("  {note}\n"));
         }
         out.push('\n');

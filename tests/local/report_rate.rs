@@ -1,7 +1,8 @@
 //! A sweep over offered request rates, measured by `rigrun bench` against the real sim: the
 //! report charts what each host served against what was offered and TTFT against the rate, and
 //! labels where it falls behind and where its latency departs, as the records say when read
-//! here independently.
+//! here independently; `show` tells the same under the table, with the highest rate within
+//! an SLO, and gives no concurrency capacity (every point shares one cap).
 
 use serde_json::Value;
 
@@ -93,4 +94,41 @@ fn a_rate_sweep_charts_served_against_offered_and_where_latency_departs() {
     let departs = tooltips_saying(chart(&html, "ttft-rate"), "latency departs");
     assert_eq!(departs.len(), 1, "{departs:?}");
     assert!(departs[0].contains("request_rate=2000:"), "{}", departs[0]);
+
+    // The same story in words, judged by a limit between the two rates' p99 TTFT.
+    let limit = (f(low, "p99_ttft_ms") * f(high, "p99_ttft_ms")).sqrt();
+    let slo = format!("p99_ttft_ms={limit:.3}");
+    let show = |format: &str| {
+        let args = ["show", run.to_str().unwrap(), "--slo", &slo, "--format", format];
+        let out = run_rigrun(dir.path(), &args);
+        assert!(out.status.success(), "{:?}", text(&out));
+        text(&out).0
+    };
+    let table = show("table");
+    let story = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("sim: 5→"))
+        .unwrap_or_else(|| panic!("no rate story:\n{table}"));
+    let share = |rate: f64, m: &Value| 100.0 * f(m, "request_throughput") / rate;
+    assert!(story.contains(&format!("({:.0}%)", share(5.0, low))), "{story}");
+    assert!(
+        story.contains(&format!("({:.0}%)", share(2000.0, high))),
+        "{story}"
+    );
+    assert!(story.contains("falls behind at 2000 req/s"), "{story}");
+    assert!(story.contains("p99 TTFT departs at 2000 req/s"), "{story}");
+    assert!(story.contains("up to 5 req/s"), "{story}");
+    assert!(
+        !table.contains("— within SLO"),
+        "no capacity by concurrency:\n{table}"
+    );
+    let json: Value = serde_json::from_str(&show("json")).unwrap();
+    let rates = &json["tables"][0]["rates"][0];
+    assert_eq!(rates["falls_behind"], 2000.0, "{rates}");
+    assert_eq!(rates["latency_departs"], 2000.0, "{rates}");
+    assert_eq!(rates["within_slo"]["rate"], 5.0, "{rates}");
+    assert_eq!(json["tables"][0]["slo"], Value::Null, "{json}");
+    let csv = show("csv");
+    assert!(csv.contains(",rate,sim,falls behind,2000,falls behind,"), "{csv}");
+    assert!(csv.contains(",rate,sim,within slo,5,within slo,"), "{csv}");
 }
