@@ -1,6 +1,6 @@
 //! The rigrun that `bash tools/host-binary.sh` builds for hosts (tests/run.sh builds it before
 //! the tests): read with binutils, not with rigrun's own reader, it needs no glibc newer than
-//! 2.17, carries no debug sections and is at most 20 MB; sent to an SSH host, it runs
+//! 2.17, carries no debug sections and is at most 22 MB; sent to an SSH host, it runs
 //! `--version`, serves as `rigrun sim` and measures it as `rigrun bench` there.
 
 #[path = "../common/mod.rs"]
@@ -54,7 +54,9 @@ fn the_host_binary_needs_glibc_2_17_at_most_and_has_no_debug_sections() {
     let sections = objdump("-h", &binary);
     assert!(!sections.contains(".debug_"), "debug sections:\n{sections}");
     let size = std::fs::metadata(&binary).unwrap().len();
-    assert!(size <= 20 << 20, "{size} bytes");
+    // 18 MB when uploads were made small; 21.8 MB since the text workload's corpus and the
+    // capacity search. Fat LTO makes it 15.3 MB but a release build 3x longer (11 min here).
+    assert!(size <= 22 << 20, "{size} bytes");
 }
 
 #[test]

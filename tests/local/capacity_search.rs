@@ -166,3 +166,87 @@ fn a_search_finds_each_hosts_capacity_where_the_sim_predicts_it_in_few_probes() 
         text(&resumed)
     );
 }
+
+/// A search over request rates whose measurement is known in advance: the command prints a p99
+/// TTFT of 100 ms per req/s offered, so under `p99_ttft_ms ≤ 420` the capacity is 4 req/s; the
+/// probe at 8 req/s waits for `go`, so that the run can be interrupted there (SIGINT, once that
+/// probe started) and resumed.
+fn rate_search(go: &Path) -> String {
+    format!(
+        "name: rates\nslo: {{p99_ttft_ms: 420}}\nsteps:\n  - run-sweep:\n      \
+         search: {{axis: request_rate, from: 0.5, to: 10, step: 0.5}}\n      \
+         command: \"{{% if request_rate == 8 %}}i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do \
+         sleep 0.1; i=$((i+1)); done; {{% endif %}}echo '{{\\\"p99_ttft_ms\\\": {{{{ request_rate * 100 \
+         }}}}}}'\"\n",
+        go.display()
+    )
+}
+
+#[test]
+fn an_interrupted_search_resumes_from_the_probes_it_kept_and_finds_the_same_capacity() {
+    use crate::resume_support::{point_started, spawn, wait_for_event};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  sim: {connection: local}\n",
+    )
+    .unwrap();
+    let go = dir.path().join("go");
+    std::fs::write(dir.path().join("rates.yaml"), rate_search(&go)).unwrap();
+    let runs = dir.path().join("runs");
+    let runs_arg = runs.display().to_string();
+    let args = ["run", "rates.yaml", "--runs-dir", &runs_arg, "-q"];
+    let child = spawn(dir.path(), &args);
+    let run_dir = wait_for_event(&runs, |e| point_started(e, "request_rate=8"));
+    sh("kill", &["-INT", &child.id().to_string()]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+    // Probed before the interrupt: 0.5, 1, 2 and 4 req/s (the candidates 1, 2, 4, 8 up).
+    let before: Vec<String> = records(&run_dir)
+        .iter()
+        .filter(|r| r["status"] == "ok")
+        .map(|r| r["point"]["request_rate"].to_string())
+        .collect();
+    assert_eq!(before, ["0.5", "1", "2", "4"], "{:?}", text(&out));
+
+    std::fs::write(&go, "").unwrap();
+    let resume = ["run", "--resume", run_dir.to_str().unwrap(), "-q"];
+    let out = run_rigrun(dir.path(), &resume);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let all = records(&run_dir);
+    let measured: Vec<&Value> = all.iter().filter(|r| r["status"] == "ok").collect();
+    let mut rates: Vec<String> = measured
+        .iter()
+        .map(|r| r["point"]["request_rate"].to_string())
+        .collect();
+    let probes = rates.len();
+    rates.sort();
+    rates.dedup();
+    assert_eq!(rates.len(), probes, "no probe measured twice: {measured:?}");
+    for kept in ["0.5", "1", "2", "4"] {
+        assert!(rates.contains(&kept.to_string()), "{rates:?}");
+    }
+    let found = search_details(&run_dir, "sim");
+    assert_eq!(
+        (found["met"].as_f64(), found["missed"].as_f64()),
+        (Some(4.0), Some(4.5)),
+        "{found}"
+    );
+    assert_eq!(found["probes"].as_u64(), Some(probes as u64), "{found}");
+    // Every probe's verdict is its own printed TTFT against the limit.
+    for probe in found["probed"].as_array().unwrap() {
+        let rate: f64 = probe["point"].as_str().unwrap()["request_rate=".len()..]
+            .parse()
+            .unwrap();
+        assert_eq!(probe["met"], rate * 100.0 <= 420.0, "{probe}");
+    }
+    // The headline is the search's, in the searched axis; no capacity by concurrency.
+    let shown = text(&run_rigrun(dir.path(), &["show", run_dir.to_str().unwrap()])).0;
+    assert!(
+        shown.contains(
+            "within SLO (p99_ttft_ms ≤ 420), by a search of request_rate: sim: request_rate=4 (4.5 did not;"
+        ),
+        "{shown}"
+    );
+    assert!(!shown.contains("concurrency="), "{shown}");
+}

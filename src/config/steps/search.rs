@@ -46,8 +46,9 @@ pub struct SearchPlan {
 }
 
 impl SearchSpec {
-    /// The candidates, lowest first: `from`, `from + step`, … up to `to`. Whole numbers stay
-    /// whole (`concurrency=16`, not `16.0`). The error names the field at fault.
+    /// The candidates, lowest first: `from`, `from + step`, … up to `to`. Whole numbers are
+    /// written whole (`concurrency=16`, `request_rate=2`, not `2.0`). The error names the field
+    /// at fault.
     pub fn candidates(&self) -> Result<Vec<Json>, (&serde_saphyr::Location, String)> {
         let (from, to) = (number("from", &self.from)?, number("to", &self.to)?);
         let step = match &self.step {
@@ -74,13 +75,12 @@ impl SearchSpec {
                 ),
             ));
         }
-        let whole = [from, step].iter().all(|x| x.fract() == 0.0);
         Ok((0..count as usize)
             .map(|i| {
-                let x = from + i as f64 * step;
-                match whole {
+                let x = ((from + i as f64 * step) * 1e9).round() / 1e9;
+                match x.fract() == 0.0 {
                     true => Json::from(x as i64),
-                    false => Json::from((x * 1e9).round() / 1e9),
+                    false => Json::from(x),
                 }
             })
             .collect())
@@ -204,6 +204,8 @@ fn probes_for(candidates: usize, capacity: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn spec(yaml: &str) -> SearchSpec {
@@ -268,7 +270,7 @@ mod tests {
         let c = spec("{axis: request_rate, from: 0.5, to: 2, step: 0.5}")
             .candidates()
             .unwrap();
-        assert_eq!(c, [0.5, 1.0, 1.5, 2.0].map(Json::from));
+        assert_eq!(c, [json!(0.5), json!(1), json!(1.5), json!(2)]);
         let err = |yaml| spec(yaml).candidates().unwrap_err().1;
         assert_eq!(err("{axis: c, from: 8, to: 4}"), "search: to: 4 is below from: 8");
         assert_eq!(
