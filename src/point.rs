@@ -58,16 +58,35 @@ impl<'de> serde::Deserialize<'de> for Axis {
     }
 }
 
+/// What `label` calls the one point of a sweep without axes.
+pub const SINGLE: &str = "(single)";
+
 /// `concurrency=16 input_len=1000`; `(single)` for a sweep without axes.
 pub fn label(values: &Values) -> String {
     if values.is_empty() {
-        return "(single)".to_string();
+        return SINGLE.to_string();
     }
     values
         .iter()
         .map(|(k, v)| format!("{k}={}", value_text(v)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The series a point belongs to along `axis`: the label of its other axes' values
+/// (`input_len=1000` of `input_len=1000 concurrency=16`; `(single)` when there are none).
+pub fn series_label(values: &Values, axis: &str) -> String {
+    let mut others = values.clone();
+    others.shift_remove(axis);
+    label(&others)
+}
+
+/// A series in sentences: its column alone, or `blackwell (input_len=8000)`.
+pub fn series_name(column: &str, series: &str) -> String {
+    match series {
+        SINGLE => column.to_string(),
+        series => format!("{column} ({series})"),
+    }
 }
 
 /// A value as written by people: strings without their quotes, anything else as JSON.
@@ -233,5 +252,18 @@ mod tests {
         values.insert("concurrency".into(), json!(16));
         values.insert("model".into(), json!("a b"));
         assert_eq!(label(&values), "concurrency=16 model=a b");
+    }
+
+    #[test]
+    fn a_series_is_every_other_axis_even_with_spaces_in_a_value() {
+        let mut values = Values::new();
+        values.insert("model".into(), json!("concurrency=8 x"));
+        values.insert("concurrency".into(), json!(16));
+        assert_eq!(series_label(&values, "concurrency"), "model=concurrency=8 x");
+        assert_eq!(series_label(&values, "model"), "concurrency=16");
+        values.shift_remove("model");
+        assert_eq!(series_label(&values, "concurrency"), "(single)");
+        assert_eq!(series_name("blackwell", "(single)"), "blackwell");
+        assert_eq!(series_name("a6000", "input_len=8"), "a6000 (input_len=8)");
     }
 }

@@ -3,7 +3,7 @@
 //! points a resume keeps left out), the repetition under way, and an estimate of the time left
 //! from the mean duration of the points done on that host.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
@@ -24,8 +24,18 @@ pub struct HostSweeps {
     repeats: IndexMap<usize, u32>,
     /// (step index, point) that the plan skips: their `skipped` events were never counted in.
     skipped: HashSet<(usize, String)>,
-    /// Per capacity-search step (by index): its axis and the probes counted in per series.
-    searches: IndexMap<usize, (String, usize)>,
+    /// Per capacity-search step (by index): the probes counted in per series, and the series
+    /// of each of its points.
+    searches: IndexMap<usize, SearchSeries>,
+}
+
+/// A capacity search's series, as progress counts them.
+#[derive(Debug, Clone, Default)]
+struct SearchSeries {
+    /// The probes counted in per series.
+    allotted: usize,
+    /// Point label -> the label of its series (`point::series_label`).
+    of_point: HashMap<String, String>,
 }
 
 /// Each host's sweeps, from the plan and what each host (or host/variant, see
@@ -50,10 +60,15 @@ pub fn plan_totals(
                 };
                 sweeps.repeats.insert(step.index, sweep.repeat.max(1));
                 if let Some(search) = &sweep.search {
-                    let allotted = (search.probes as usize).min(search.candidates);
-                    sweeps
-                        .searches
-                        .insert(step.index, (search.axis.clone(), allotted));
+                    let of_point = sweep
+                        .points
+                        .iter()
+                        .map(|p| (p.label(), crate::point::series_label(&p.values, &search.axis)));
+                    let series = SearchSeries {
+                        allotted: (search.probes as usize).min(search.candidates),
+                        of_point: of_point.collect(),
+                    };
+                    sweeps.searches.insert(step.index, series);
                 }
                 let skipped = sweep.points.iter().filter(|p| p.skip.is_some());
                 sweeps.skipped.extend(skipped.map(|p| (step.index, p.label())));
@@ -97,9 +112,8 @@ fn search_runs_left(
     let mut series: IndexMap<String, (usize, bool)> = IndexMap::new();
     for point in &sweep.points {
         let key = StepPoint::of(index, &point.values).repetition(1);
-        let entry = series
-            .entry(series_label(&point.label(), &search.axis))
-            .or_default();
+        let label = crate::point::series_label(&point.values, &search.axis);
+        let entry = series.entry(label).or_default();
         match work.point(&key) {
             PointWork::Keep {
                 kept: crate::resume::Kept::Skipped,
@@ -114,16 +128,6 @@ fn search_runs_left(
         .filter(|(_, settled)| !settled)
         .map(|(done, _)| allotted.saturating_sub(*done))
         .sum()
-}
-
-/// A point's label without the searched axis (`input_len=1000` of `input_len=1000
-/// concurrency=16`): the series it belongs to.
-fn series_label(label: &str, axis: &str) -> String {
-    let words: Vec<&str> = label
-        .split(' ')
-        .filter(|w| w.split_once('=').map(|(k, _)| k) != Some(axis))
-        .collect();
-    words.join(" ")
 }
 
 /// One run of a point: (variant, step index, point, repetition).
@@ -177,14 +181,16 @@ impl SweepProgress {
     /// A point run (or one attempt of it) ended after `seconds`; `skipped` when `skip_if` held.
     /// Returns (done, total) once counted; None for a skip.
     pub fn finished(&mut self, key: RunKey, seconds: f64, skipped: bool) -> Option<(usize, usize)> {
-        if let (true, Some((axis, allotted))) = (skipped, self.planned.searches.get(&key.1)) {
+        if let (true, Some(search)) = (skipped, self.planned.searches.get(&key.1)) {
             // A candidate the search did not need: its series' search ended, and the probes
             // counted in for it that it did not make are not to come.
-            let series = series_label(&key.2, axis);
-            let of_series = |k: &RunKey| k.0 == key.0 && k.1 == key.1 && series_label(&k.2, axis) == series;
-            if self.settled.insert((key.0.clone(), key.1, series.clone())) {
+            let series_of = |point: &str| search.of_point.get(point);
+            let series = series_of(&key.2);
+            let of_series = |k: &RunKey| k.0 == key.0 && k.1 == key.1 && series_of(&k.2) == series;
+            let series = series.cloned().unwrap_or_default();
+            if self.settled.insert((key.0.clone(), key.1, series)) {
                 let probed = self.done.iter().filter(|k| of_series(k)).count();
-                let unused = allotted.saturating_sub(probed);
+                let unused = search.allotted.saturating_sub(probed);
                 self.total = self.total.saturating_sub(unused).max(self.done.len());
             }
             return None;
@@ -276,7 +282,14 @@ mod tests {
     #[test]
     fn a_search_counts_its_probes_and_ends_when_a_candidate_is_not_probed() {
         let mut planned = sweeps(2 * 5, 1, &[]);
-        planned.searches.insert(0, ("concurrency".into(), 5));
+        let of_point = [1, 2, 3, 4, 5]
+            .iter()
+            .flat_map(|c| ["in=1", "in=2"].map(|s| (format!("{s} concurrency={c}"), s.to_string())));
+        let search = SearchSeries {
+            allotted: 5,
+            of_point: of_point.collect(),
+        };
+        planned.searches.insert(0, search);
         let mut p = SweepProgress::new(planned);
         let at = |series: &str, c: u32| (None, 0, format!("{series} concurrency={c}"), 1);
         for c in [1, 2, 4] {
@@ -290,7 +303,6 @@ mod tests {
         assert_eq!(p.counts(), (3, 8));
         p.finished(at("in=2", 1), 1.0, false);
         assert_eq!(p.counts(), (4, 8));
-        assert_eq!(series_label("in=2 concurrency=16", "concurrency"), "in=2");
     }
 
     fn key(point: &str, repetition: u32) -> RunKey {

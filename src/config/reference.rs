@@ -280,7 +280,7 @@ fn wanted_values<'k>(key: &'k str, axes: &[&'k str]) -> Result<IndexMap<&'k str,
     let key = key.trim();
     if axes.is_empty() {
         return match key {
-            "single" | "(single)" => Ok(IndexMap::new()),
+            "single" | crate::point::SINGLE => Ok(IndexMap::new()),
             _ => Err(format!(
                 "`{key}`: this sweep has no matrix; name its single point `single`"
             )),

@@ -60,12 +60,8 @@ pub fn stories(step: &StepRecords, hosts: &[String], limits: &Slo) -> Vec<RateSt
             let Some(offered) = records.first().and_then(|r| rate_of(r)) else {
                 continue;
             };
-            let mut others = records[0].point.clone();
-            others.shift_remove("request_rate");
-            let name = match crate::point::label(&others).as_str() {
-                "(single)" => column.clone(),
-                axes => format!("{column} ({axes})"),
-            };
+            let others = crate::point::series_label(&records[0].point, "request_rate");
+            let name = crate::point::series_name(column, &others);
             let measured = records.iter().copied().filter(|r| is_measured(r)).collect();
             let levels = series.entry((name, column.clone())).or_default();
             levels.push((offered, measured));

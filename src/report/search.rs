@@ -36,10 +36,7 @@ pub struct Found {
 impl Found {
     /// `blackwell`, or `blackwell (input_len=8000)` for a series of other axes.
     pub fn name(&self) -> String {
-        match self.series.as_str() {
-            "(single)" => self.column.clone(),
-            series => format!("{} ({series})", self.column),
-        }
+        crate::point::series_name(&self.column, &self.series)
     }
 }
 
@@ -52,8 +49,17 @@ impl SearchSummary {
                 let column = crate::point::column(host, step.variant.as_deref());
                 let searches = step.details.get("search").and_then(Json::as_array);
                 for search in searches.into_iter().flatten() {
-                    let Ok(mut one) = serde_json::from_value::<Found>(search.clone()) else {
-                        continue;
+                    let mut one = match serde_json::from_value::<Found>(search.clone()) {
+                        Ok(one) => one,
+                        Err(why) => {
+                            eprintln!(
+                                "warning: {}: host {host}, step {}: a search's details are not \
+                                 readable ({why}); that search is left out of the report",
+                                run.dir.join("run.json").display(),
+                                step.name
+                            );
+                            continue;
+                        }
                     };
                     one.column = column.clone();
                     found.retain(|f: &Found| (&f.column, &f.series) != (&one.column, &one.series));
@@ -106,7 +112,7 @@ mod tests {
     fn found(column: &str, met: Option<u32>, missed: Option<u32>, exact: bool) -> Found {
         Found {
             column: column.into(),
-            series: "(single)".into(),
+            series: crate::point::SINGLE.into(),
             met: met.map(Json::from),
             missed: missed.map(Json::from),
             exact,

@@ -90,7 +90,7 @@ impl Sweep<'_> {
     async fn every_point(&self, ctx: &HostCtx) -> Result<Swept> {
         let mut tally = Tally::default();
         for run in self.plan.runs() {
-            let outcome = self.run_unit(ctx, run.point, run.repetition).await?;
+            let outcome = self.run_unit(ctx, run.point, run.repetition, None).await?;
             let label = self.plan.points[run.point].label();
             let shown = match self.plan.repeat {
                 0 | 1 => label,
@@ -114,7 +114,7 @@ impl Sweep<'_> {
             let mut probed = Vec::new();
             while let Next::Probe(i) = bisection.next() {
                 let n = series[i];
-                let outcome = self.run_unit(ctx, n, 1).await?;
+                let outcome = self.run_unit(ctx, n, 1, None).await?;
                 let verdict = match &outcome {
                     Outcome::Ok { records } => ctx.slo.judge(records),
                     Outcome::Failed { reason, .. } => Err(format!("failed ({reason})")),
@@ -123,30 +123,16 @@ impl Sweep<'_> {
                 bisection.measured(i, verdict.is_ok());
                 probed.push((n, verdict));
                 let label = self.plan.points[n].label();
-                if let Some(stop) = tally.add_and_stop(&label, outcome, false) {
+                let stop_on_failure = self.plan.stop_on_failure;
+                if let Some(stop) = tally.add_and_stop(&label, outcome, stop_on_failure) {
                     return Ok((tally, stop, Some(json!(found))));
                 }
             }
             let result = bisection.found();
             let summary = self.found_words(search, &series, result);
-            for (i, &n) in series.iter().enumerate() {
-                if probed.iter().any(|(p, _)| *p == n) {
-                    continue;
-                }
-                let why = format!("{NOT_PROBED}: {summary}");
-                let work = ctx
-                    .work
-                    .point(&PointKey::new(self.step.index, &self.plan.points[n].label(), 1));
-                let outcome = match work {
-                    PointWork::Keep { kept, .. } => Outcome::of(kept, Vec::new()),
-                    PointWork::Run { attempt } => {
-                        let run = PointRun {
-                            repetition: 1,
-                            attempt,
-                        };
-                        skip(ctx, self.step, &self.plan.points[series[i]], run, &why)
-                    }
-                };
+            let why = format!("{NOT_PROBED}: {summary}");
+            for &n in series.iter().filter(|n| !probed.iter().any(|(p, _)| p == *n)) {
+                let outcome = self.run_unit(ctx, n, 1, Some(&why)).await?;
                 tally.add(&self.plan.points[n].label(), outcome);
             }
             found.push(self.found_details(search, &series, result, &probed));
@@ -184,10 +170,8 @@ impl Sweep<'_> {
     ) -> serde_json::Value {
         let point = |n: usize| &self.plan.points[n];
         let value = |i: Option<usize>| i.map(|i| point(series[i]).values[&search.axis].clone());
-        let mut others = point(series[0]).values.clone();
-        others.shift_remove(&search.axis);
         json!({
-            "series": crate::point::label(&others),
+            "series": crate::point::series_label(&point(series[0]).values, &search.axis),
             "met": value(found.met),
             "missed": value(found.missed),
             "exact": found.is_exact(series.len()),
@@ -202,14 +186,21 @@ impl Sweep<'_> {
     }
 
     /// One run of point `n`: kept when an earlier attempt of the run stands, skipped when the
-    /// plan skips it, else measured.
-    async fn run_unit(&self, ctx: &HostCtx, n: usize, repetition: u32) -> Result<Outcome> {
+    /// plan skips it or `skip_as` gives a reason (a candidate a search did not need), else
+    /// measured.
+    async fn run_unit(
+        &self,
+        ctx: &HostCtx,
+        n: usize,
+        repetition: u32,
+        skip_as: Option<&str>,
+    ) -> Result<Outcome> {
         let point = &self.plan.points[n];
         let key = PointKey::new(self.step.index, &point.label(), repetition);
         Ok(match ctx.work.point(&key) {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
             PointWork::Keep { kept, .. } => Outcome::of(kept, ctx.work.records(&key).to_vec()),
-            PointWork::Run { attempt } => match &point.skip {
+            PointWork::Run { attempt } => match skip_as.or(point.skip.as_deref()) {
                 Some(reason) => skip(ctx, self.step, point, PointRun { repetition, attempt }, reason),
                 None => {
                     let at = Attempts {
@@ -231,9 +222,8 @@ impl Sweep<'_> {
 fn series_of(points: &[SweepPoint], axis: &str) -> Vec<Vec<usize>> {
     let mut series: indexmap::IndexMap<String, Vec<usize>> = indexmap::IndexMap::new();
     for (n, point) in points.iter().enumerate() {
-        let mut others = point.values.clone();
-        others.shift_remove(axis);
-        series.entry(crate::point::label(&others)).or_default().push(n);
+        let label = crate::point::series_label(&point.values, axis);
+        series.entry(label).or_default().push(n);
     }
     series.into_values().collect()
 }

@@ -58,29 +58,41 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(app: axum::Router) -> Self {
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
+        let addr = serve_on_thread(move |listener| async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
         });
-        let addr = addr_rx.recv().unwrap();
         TestServer {
             base: format!("http://{addr}"),
             stop: Some(stop),
         }
     }
+}
+
+/// Runs `serve` on a loopback listener of its own, in a runtime on a thread of its own (so that
+/// tests which block still get answered); returns the listener's address once it listens.
+pub fn serve_on_thread<F, Fut>(serve: F) -> std::net::SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            serve(listener).await;
+        });
+    });
+    addr_rx.recv().unwrap()
 }
 
 impl Drop for TestServer {

@@ -78,39 +78,30 @@ fn predicted_hits(lines: &[Value]) -> u64 {
 fn timing_proxy(target: &str) -> (String, Arc<Mutex<Vec<Instant>>>) {
     let target = target.trim_start_matches("http://").to_string();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
     let noted = seen.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::TcpStream::connect(&target).await.unwrap();
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                let noted = noted.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 1 << 16];
-                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-                        if buf[..n].starts_with(b"POST ") {
-                            noted.lock().unwrap().push(Instant::now());
-                        }
-                        if server_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
+    let addr = serve_on_thread(move |listener| async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&target).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let noted = noted.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                    if buf[..n].starts_with(b"POST ") {
+                        noted.lock().unwrap().push(Instant::now());
                     }
-                });
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-                });
-            }
-        });
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+        }
     });
-    (format!("http://{}", rx.recv().unwrap()), seen)
+    (format!("http://{addr}"), seen)
 }
 
 /// The most the client says it sent late (its record's `max_lateness_ms`).

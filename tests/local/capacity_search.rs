@@ -250,3 +250,51 @@ fn an_interrupted_search_resumes_from_the_probes_it_kept_and_finds_the_same_capa
     );
     assert!(!shown.contains("concurrency="), "{shown}");
 }
+
+#[test]
+fn a_failed_probe_ends_a_search_that_stops_on_failure_and_is_a_miss_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  sim: {connection: local}\n",
+    )
+    .unwrap();
+    // Candidates 0.5 to 10 by 0.5; from 4 req/s on the command fails.
+    let playbook = |stop: bool| {
+        format!(
+            "name: fails\nslo: {{p99_ttft_ms: 420}}\nsteps:\n  - run-sweep:\n      \
+             stop_on_failure: {stop}\n      \
+             search: {{axis: request_rate, from: 0.5, to: 10, step: 0.5}}\n      \
+             command: \"{{% if request_rate >= 4 %}}exit 3; {{% endif %}}echo '{{\\\"p99_ttft_ms\\\": 1}}'\"\n"
+        )
+    };
+    for stop in [true, false] {
+        std::fs::write(dir.path().join("fails.yaml"), playbook(stop)).unwrap();
+        let runs = dir.path().join(format!("runs-{stop}"));
+        let runs_arg = runs.display().to_string();
+        let out = run_rigrun(dir.path(), &["run", "fails.yaml", "--runs-dir", &runs_arg, "-q"]);
+        assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+        let run_dir = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+        let with = |status: &str| -> Vec<String> {
+            let all = records(&run_dir);
+            let of = all.iter().filter(|r| r["status"] == status);
+            of.map(|r| r["point"]["request_rate"].to_string()).collect()
+        };
+        if stop {
+            // Galloping 0.5, 1, 2, 4: the failure at 4 ends the search, nothing else recorded.
+            assert_eq!(with("ok"), ["0.5", "1", "2"], "{:?}", text(&out));
+            assert_eq!(with("failed"), ["4"], "{:?}", text(&out));
+            assert!(with("skipped").is_empty(), "{:?}", with("skipped"));
+        } else {
+            // The failure is a miss: the search bisects between 2 and 4 and ends at 3.5.
+            assert_eq!(with("ok"), ["0.5", "1", "2", "3", "3.5"], "{:?}", text(&out));
+            assert_eq!(with("failed"), ["4"], "{:?}", text(&out));
+            assert_eq!(with("skipped").len(), 20 - 6, "{:?}", with("skipped"));
+            let found = search_details(&run_dir, "sim");
+            assert_eq!(
+                (found["met"].as_f64(), found["missed"].as_f64()),
+                (Some(3.5), Some(4.0))
+            );
+        }
+    }
+}
