@@ -39,5 +39,5 @@ echo "host-binary: building rigrun for $triple, glibc 2.17 and newer"
 # one, and the unwinding tables were 3.6 MB of the 21.8 MB this binary weighed with them.
 PATH="$venv/bin:$PATH" CARGO_PROFILE_RELEASE_PANIC=abort \
   cargo zigbuild --locked --release --target "$triple.2.17"
-install -D -m 755 "target/$triple/release/rigrun" "$folder/$triple/rigrun"
+install -D -m 755 "${CARGO_TARGET_DIR:-target}/$triple/release/rigrun" "$folder/$triple/rigrun"
 echo "host-binary: $folder/$triple/rigrun ($(du -h "$folder/$triple/rigrun" | cut -f1))"
