@@ -108,3 +108,11 @@ impl HostSpec {
         self.lease.map_or(DEFAULT_LEASE, |d| d.0).max(MIN_LEASE)
     }
 }
+
+/// A path of this machine as the inventory writes it: `~/` is the home folder.
+pub fn expand_home(path: &str) -> std::path::PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+        _ => std::path::PathBuf::from(path),
+    }
+}

@@ -271,6 +271,17 @@ impl Config {
             .unwrap_or(Path::new("."))
     }
 
+    /// Whether any step's template, or the server block's, names `var`.
+    pub fn playbook_uses(&self, var: &str) -> bool {
+        let server = self.playbook.server.as_ref().map(|s| s as &dyn steps::StepKind);
+        let steps = self.playbook.steps.iter().map(|step| step.as_kind());
+        server.into_iter().chain(steps).any(|kind| {
+            kind.templates()
+                .iter()
+                .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
+        })
+    }
+
     /// The server's variants, in the order they run on each host; empty without a `server:`.
     pub fn variants(&self) -> Vec<server_block::Variant> {
         self.playbook

@@ -142,6 +142,27 @@ fn check_dcgm_exporters(config: &Config) -> Vec<ConfigError> {
     })
 }
 
+/// `rigrun_binary:` names a file here for every SSH host of this run, when the playbook uses
+/// `{{ rigrun }}` (otherwise it is never sent, and never needed).
+fn check_rigrun_binaries(config: &Config) -> Vec<ConfigError> {
+    if !config.playbook_uses("rigrun") {
+        return Vec::new();
+    }
+    let in_run = |name: &str| config.hosts.iter().any(|h| h == name);
+    per_host(config, |name, spec| {
+        let named = spec.rigrun_binary.as_deref().filter(|_| in_run(name))?;
+        let path = super::inventory::expand_home(named);
+        (spec.connection == super::Connection::Ssh && !path.is_file()).then(|| {
+            format!(
+                "host `{name}`: `rigrun_binary:` names {}, which is not a file here; correct the \
+                 path, build one with `bash tools/host-binary.sh`, or remove the line (rigrun \
+                 then takes the host-binaries folder's)",
+                path.display()
+            )
+        })
+    })
+}
+
 fn check_groups(config: &Config) -> Vec<ConfigError> {
     let inv = &config.inventory;
     let mut errors = check_host_names(config);
@@ -197,6 +218,7 @@ fn suggestion(given: &str, candidates: &[&str]) -> String {
 pub fn check(config: &Config) -> Result<(), ConfigErrors> {
     let mut errors = reserved_names(config);
     errors.extend(super::reference::resolve(config).err().unwrap_or_default());
+    errors.extend(check_rigrun_binaries(config));
     let builtins = Builtins {
         run_id: String::new(),
         rigrun: String::new(),

@@ -494,3 +494,39 @@ fn a_search_needs_limits_an_axis_of_its_own_sane_candidates_and_one_measurement_
         "search: probes: at least 1",
     );
 }
+
+#[test]
+fn a_rigrun_binary_that_is_not_a_file_is_named_before_any_host_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let trip = Tripwire::new();
+    let missing = dir.path().join("builds/rigrun");
+    let inventory = format!(
+        "hosts:\n  gpu1:\n    address: 127.0.0.1\n    port: {}\n    rigrun_binary: {}\n",
+        trip.port,
+        missing.display()
+    );
+    std::fs::write(dir.path().join("hosts.yaml"), inventory).unwrap();
+    let uses = "name: t\nsteps:\n  - shell: {command: \"{{ rigrun }} --version\"}\n";
+    std::fs::write(dir.path().join("uses.yaml"), uses).unwrap();
+    std::fs::write(
+        dir.path().join("plain.yaml"),
+        "name: t\nsteps:\n  - shell: {command: \"true\"}\n",
+    )
+    .unwrap();
+    for command in ["check", "run"] {
+        let args = [command, "uses.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"];
+        let args = if command == "check" { &args[..4] } else { &args[..] };
+        let out = run_rigrun(dir.path(), args);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let said = format!(
+            "hosts.yaml:3:5: host `gpu1`: `rigrun_binary:` names {}, which is not a file here",
+            missing.display()
+        );
+        assert!(stderr.contains(&said), "{stderr}");
+    }
+    assert_eq!(trip.hits.load(Ordering::SeqCst), 0, "no host contacted");
+    // A playbook that never sends a rigrun never needs one.
+    let out = run_rigrun(dir.path(), &["check", "plain.yaml", "-i", "hosts.yaml"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+}

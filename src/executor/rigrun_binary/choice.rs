@@ -75,7 +75,7 @@ pub fn this_triple() -> &'static str {
 /// Linux (the first that [`check_fits`] wins). Err says what to build and where it goes.
 pub fn candidates(named: Option<&str>, triple: &str, folder: Option<&Path>) -> Result<Vec<Choice>, String> {
     if let Some(named) = named {
-        let path = expand_home(named);
+        let path = crate::config::inventory::expand_home(named);
         if !path.is_file() {
             return Err(format!(
                 "rigrun_binary in the inventory names {}, which is not a file here",
@@ -187,13 +187,6 @@ pub fn check_fits(
             elf::this_build(),
             hint()
         )),
-    }
-}
-
-fn expand_home(path: &str) -> PathBuf {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => PathBuf::from(path),
     }
 }
 

@@ -11,7 +11,6 @@ mod upload;
 
 use anyhow::{Context, Result};
 
-use crate::config::steps::StepKind;
 use crate::config::{template, Config, Connection};
 use crate::facts::HostFacts;
 use crate::steps::HostCtx;
@@ -27,7 +26,7 @@ const REMOTE_RIGRUN: &str = "bin/rigrun";
 /// playbook without `{{ rigrun }}`).
 pub fn probe(config: &Config, host: &str) -> Option<String> {
     let spec = config.host(host);
-    if spec.connection == Connection::Local || !playbook_uses(config, "rigrun") {
+    if spec.connection == Connection::Local || !config.playbook_uses("rigrun") {
         return None;
     }
     let path = shell_path(&format!("{}/{REMOTE_RIGRUN}", spec.workdir()));
@@ -87,7 +86,7 @@ pub async fn path_on_host(
         return Ok(exe.display().to_string());
     }
     let dest = format!("{}/{REMOTE_RIGRUN}", ctx.workdir);
-    if !playbook_uses(config, "rigrun") {
+    if !config.playbook_uses("rigrun") {
         return Ok(dest);
     }
     let arch = facts.arch.as_deref().unwrap_or("unknown");
@@ -143,17 +142,6 @@ async fn fitting(
         }
     }
     anyhow::bail!("{}", refused.join("; and "))
-}
-
-/// Whether any step's template, or the server block's, names `var`.
-fn playbook_uses(config: &Config, var: &str) -> bool {
-    let server = config.playbook.server.as_ref().map(|s| s as &dyn StepKind);
-    let steps = config.playbook.steps.iter().map(|step| step.as_kind());
-    server.into_iter().chain(steps).any(|kind| {
-        kind.templates()
-            .iter()
-            .any(|(text, _)| template::variables(&text.value).is_ok_and(|vars| vars.contains(var)))
-    })
 }
 
 /// Why an uploaded rigrun does not run on `host`, named from what the host said when it was

@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Result};
 use openssh::Session;
 
 use super::failure::{explain_ssh_failure, KeyCommands};
+use crate::config::inventory::expand_home;
 use crate::config::{HostSpec, KnownHostsPolicy};
 use crate::transport::cipher;
 
@@ -130,7 +131,7 @@ impl MasterSpec {
             args.extend(["-p".into(), port.to_string()]);
         }
         if let Some(key) = &spec.identity_file {
-            args.extend(["-i".into(), expand_home(key)]);
+            args.extend(["-i".into(), expand_home(key).display().to_string()]);
         }
         let address = spec.address_or(host).to_string();
         let describe = format!(
@@ -234,13 +235,6 @@ impl MasterSpec {
             .stderr(Stdio::null())
             .status()
             .await;
-    }
-}
-
-fn expand_home(path: &str) -> String {
-    match (path.strip_prefix("~/"), std::env::var("HOME")) {
-        (Some(rest), Ok(home)) => format!("{home}/{rest}"),
-        _ => path.to_string(),
     }
 }
 
