@@ -232,9 +232,17 @@ impl<'a> Across<'a> {
             .map(|r| r.label(self.runs))
             .zip(matching.iter().copied())
             .collect();
-        let slo = first
-            .then(|| SloCapacity::across(&labelled, &metric, &self.hosts, &self.runs[0].manifest.slo))
+        let limits = &self.runs[0].manifest.slo;
+        // Rates offered at one concurrency cap: the rate stories say which rate holds, in each
+        // run; a capacity by concurrency cannot tell those levels apart.
+        let rate_sweep = matching.iter().flatten().any(|s| super::grid::only_rates_vary(s));
+        let slo = (first && !rate_sweep)
+            .then(|| SloCapacity::across(&labelled, &metric, &self.hosts, limits))
             .flatten();
+        let rates = match first && rate_sweep {
+            true => super::rate_story::across(&labelled, &self.hosts, limits),
+            false => Vec::new(),
+        };
         Grid {
             title: format!(
                 "step {}: {} across {} runs (first: {}; changes beyond ±{}% marked)",
@@ -248,7 +256,7 @@ impl<'a> Across<'a> {
             metric,
             rows,
             scaling: Vec::new(),
-            rates: Vec::new(),
+            rates,
             slo,
         }
     }

@@ -14,7 +14,7 @@ use crate::point::Values;
 
 /// Whether the step's points offer several request rates at a single concurrency: the
 /// concurrency-based capacity cannot tell its levels apart.
-fn only_rates_vary(step: &StepRecords) -> bool {
+pub fn only_rates_vary(step: &StepRecords) -> bool {
     let distinct = |axis: &str| {
         let values = step.rows.values().flat_map(|row| row.values().flatten());
         let texts: std::collections::BTreeSet<String> = values

@@ -54,6 +54,25 @@ pub struct RateLevel {
 /// The rate stories of a step whose points offer at least two request rates, one per series,
 /// in the order of `hosts`.
 pub fn stories(step: &StepRecords, hosts: &[String], limits: &Slo) -> Vec<RateStory> {
+    placed(step, hosts, limits).into_iter().map(|(_, s)| s).collect()
+}
+
+/// The same step's rate stories in several runs (`compare`), each named `host @run`: per host,
+/// each run's in the runs' order, all judged by the same `limits` (the first run's).
+pub fn across(steps: &[(&str, Option<&StepRecords>)], hosts: &[String], limits: &Slo) -> Vec<RateStory> {
+    let mut all: Vec<((usize, usize), RateStory)> = Vec::new();
+    for (run, (label, step)) in steps.iter().enumerate() {
+        for (place, mut story) in step.map(|s| placed(s, hosts, limits)).unwrap_or_default() {
+            story.name = format!("{} @{label}", story.name);
+            all.push(((place, run), story));
+        }
+    }
+    all.sort_by_key(|(key, _)| *key);
+    all.into_iter().map(|(_, s)| s).collect()
+}
+
+/// [`stories`], each with its column's place in `hosts` (unknown columns last).
+fn placed(step: &StepRecords, hosts: &[String], limits: &Slo) -> Vec<(usize, RateStory)> {
     let mut series: IndexMap<(String, String), Vec<Offered>> = IndexMap::new();
     for by_column in step.rows.values() {
         for (column, records) in by_column {
@@ -76,7 +95,7 @@ pub fn stories(step: &StepRecords, hosts: &[String], limits: &Slo) -> Vec<RateSt
         })
         .collect();
     stories.sort_by_key(|(place, _)| *place);
-    stories.into_iter().map(|(_, s)| s).collect()
+    stories
 }
 
 /// A rate offered and its measured records.

@@ -131,4 +131,37 @@ fn a_rate_sweep_charts_served_against_offered_and_where_latency_departs() {
     let csv = show("csv");
     assert!(csv.contains(",rate,sim,falls behind,2000,falls behind,"), "{csv}");
     assert!(csv.contains(",rate,sim,within slo,5,within slo,"), "{csv}");
+
+    // Two runs compared: each run's story per host, judged alike, and still no concurrency
+    // capacity.
+    let out = run_rigrun(dir.path(), &["run", "rates.yaml", "--runs-dir", "runs", "-q"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let mut runs: Vec<_> = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.is_symlink() && p.join("run.json").is_file())
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let (first, second) = (runs[0].to_str().unwrap(), runs[1].to_str().unwrap());
+    let args = ["compare", first, second, "--slo", &slo, "--format", "json"];
+    let out = run_rigrun(dir.path(), &args);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let json: Value = serde_json::from_str(&text(&out).0).unwrap();
+    let stories = json["tables"][0]["rates"].as_array().unwrap();
+    assert_eq!(stories.len(), 2, "{json}");
+    for story in stories {
+        assert!(story["name"].as_str().unwrap().starts_with("sim @"), "{story}");
+        assert_eq!(story["falls_behind"], 2000.0, "{story}");
+    }
+    assert_ne!(stories[0]["name"], stories[1]["name"], "{stories:?}");
+    assert_eq!(json["tables"][0]["slo"], Value::Null, "{json}");
+    let out = run_rigrun(dir.path(), &["compare", first, second, "--slo", &slo]);
+    let table = text(&out).0;
+    let told = table
+        .lines()
+        .filter(|l| l.trim_start().starts_with("sim @"))
+        .count();
+    assert_eq!(told, 2, "{table}");
+    assert!(!table.contains("— within SLO"), "{table}");
 }
