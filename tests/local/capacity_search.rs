@@ -298,3 +298,81 @@ fn a_failed_probe_ends_a_search_that_stops_on_failure_and_is_a_miss_otherwise() 
         }
     }
 }
+
+#[test]
+fn each_server_variant_gets_a_search_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  sim: {connection: local}\n",
+    )
+    .unwrap();
+    // The tiny sim serves each variant; the measurement is known: a p99 TTFT of 100 ms per
+    // req/s offered under k=1 and 200 ms under k=2, so under 420 ms: 4 req/s and 2 req/s.
+    let playbook = format!(
+        "name: variants\nslo: {{p99_ttft_ms: 420}}\nserver:\n  \
+         command: \"{{{{ rigrun }}}} sim --profile tiny --port {port}\"\n  \
+         url: \"http://127.0.0.1:{port}\"\n  variants: {{k: [1, 2]}}\nsteps:\n  - run-sweep:\n      \
+         search: {{axis: request_rate, from: 0.5, to: 10, step: 0.5}}\n      \
+         command: \"echo '{{\\\"p99_ttft_ms\\\": {{{{ request_rate * 100 * k }}}}}}'\"\n",
+        port = free_port()
+    );
+    std::fs::write(dir.path().join("variants.yaml"), playbook).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "variants.yaml", "--runs-dir", "runs", "-q"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let run_dir = only_run_dir(&dir.path().join("runs"));
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let found = |variant: &str| -> Value {
+        let finished = events
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| {
+                e["event"] == "step_finished" && e["variant"] == variant && e["details"]["search"].is_array()
+            });
+        finished.unwrap_or_else(|| panic!("{variant}: no search"))["details"]["search"][0].clone()
+    };
+    let all = records(&run_dir);
+    for (variant, k, slope, met, missed) in [("k=1", 1, 100.0, 4.0, 4.5), ("k=2", 2, 200.0, 2.0, 2.5)] {
+        let found = found(variant);
+        assert_eq!(
+            (found["met"].as_f64(), found["missed"].as_f64()),
+            (Some(met), Some(missed)),
+            "{found}"
+        );
+        for probe in found["probed"].as_array().unwrap() {
+            let rate: f64 = probe["point"].as_str().unwrap()["request_rate=".len()..]
+                .parse()
+                .unwrap();
+            assert_eq!(probe["met"], rate * slope <= 420.0, "{variant}: {probe}");
+        }
+        // Each variant's own probes measured once, the rest of its candidates not probed.
+        let of_variant: Vec<&Value> = all
+            .iter()
+            .filter(|r| r["variant"]["k"] == k && r["step"] == "run-sweep")
+            .collect();
+        let measured = of_variant.iter().filter(|r| r["status"] == "ok").count();
+        assert_eq!(
+            measured as u64,
+            found["probes"].as_u64().unwrap(),
+            "{of_variant:?}"
+        );
+        assert_eq!(
+            of_variant.len(),
+            20,
+            "every candidate recorded once: {of_variant:?}"
+        );
+    }
+    let shown = text(&run_rigrun(dir.path(), &["show", run_dir.to_str().unwrap()])).0;
+    let headline = shown
+        .lines()
+        .find(|l| l.contains("by a search of request_rate"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(
+        headline.contains("sim/k=1: request_rate=4 (4.5 did not;"),
+        "{headline}"
+    );
+    assert!(
+        headline.contains("sim/k=2: request_rate=2 (2.5 did not;"),
+        "{headline}"
+    );
+}
