@@ -157,7 +157,7 @@ impl Planned {
             },
             Some(Ended::Failed { reason }) => Cell::Failed { reason },
             Some(Ended::Lost { reason }) => Cell::Lost { reason },
-            Some(Ended::Skipped) => Cell::Skipped {
+            Some(Ended::Skipped { .. }) => Cell::Skipped {
                 reason: "skipped (its record could not be read)".into(),
             },
             None => Cell::NotRun {

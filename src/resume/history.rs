@@ -16,7 +16,10 @@ pub enum Ended {
     Failed {
         reason: String,
     },
-    Skipped,
+    /// Skipped, with why (`skip_if`, or a candidate a capacity search did not probe).
+    Skipped {
+        reason: String,
+    },
     /// Cut short by something other than its command (the interrupt, a lost host); runs written
     /// before the status said `failed` for it.
     Lost {
@@ -142,7 +145,9 @@ impl HostHistory {
             RecordStatus::Failed => Ended::Failed {
                 reason: reason.unwrap_or_default(),
             },
-            RecordStatus::Skipped => Ended::Skipped,
+            RecordStatus::Skipped => Ended::Skipped {
+                reason: reason.unwrap_or_default(),
+            },
             RecordStatus::Lost => Ended::Lost {
                 reason: reason.unwrap_or_default(),
             },

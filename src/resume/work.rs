@@ -146,8 +146,28 @@ impl HostWork {
             Some(Ended::Failed { reason }) => keep(Kept::Failed {
                 reason: reason.clone(),
             }),
-            Some(Ended::Skipped) => keep(Kept::Skipped),
+            Some(Ended::Skipped { .. }) => keep(Kept::Skipped),
             Some(Ended::Lost { .. }) => next,
+        }
+    }
+
+    /// How a capacity search's candidate runs now: as [`point`](Self::point) says, except for a
+    /// candidate an earlier attempt of the search did not probe, which was never measured: a
+    /// probe (`not_probed_now` None) measures it, and a search that now ends with other words
+    /// records it skipped again with those. Both happen when a probe re-run by `--redo-failed`
+    /// leads the search where it did not go before.
+    pub fn candidate(&self, key: &PointKey, not_probed_now: Option<&str>) -> PointWork {
+        let work = self.point(key);
+        let before = match self.past.point(key).and_then(|p| p.ended.as_ref()) {
+            Some(Ended::Skipped { reason }) if reason.starts_with(crate::events::NOT_PROBED) => reason,
+            _ => return work,
+        };
+        match (work, not_probed_now) {
+            (PointWork::Keep { attempt, .. }, None) => PointWork::Run { attempt: attempt + 1 },
+            (PointWork::Keep { attempt, .. }, Some(now)) if now != before => {
+                PointWork::Run { attempt: attempt + 1 }
+            }
+            (work, _) => work,
         }
     }
 

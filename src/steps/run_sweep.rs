@@ -90,7 +90,9 @@ impl Sweep<'_> {
     async fn every_point(&self, ctx: &HostCtx) -> Result<Swept> {
         let mut tally = Tally::default();
         for run in self.plan.runs() {
-            let outcome = self.run_unit(ctx, run.point, run.repetition, None).await?;
+            let outcome = self
+                .run_unit(ctx, run.point, run.repetition, Unit::Planned)
+                .await?;
             let label = self.plan.points[run.point].label();
             let shown = match self.plan.repeat {
                 0 | 1 => label,
@@ -114,7 +116,7 @@ impl Sweep<'_> {
             let mut probed = Vec::new();
             while let Next::Probe(i) = bisection.next() {
                 let n = series[i];
-                let outcome = self.run_unit(ctx, n, 1, None).await?;
+                let outcome = self.run_unit(ctx, n, 1, Unit::Probe).await?;
                 let verdict = match &outcome {
                     Outcome::Ok { records } => ctx.slo.judge(records),
                     Outcome::Failed { reason, .. } => Err(format!("failed ({reason})")),
@@ -132,7 +134,7 @@ impl Sweep<'_> {
             let summary = self.found_words(search, &series, result);
             let why = format!("{NOT_PROBED}: {summary}");
             for &n in series.iter().filter(|n| !probed.iter().any(|(p, _)| p == *n)) {
-                let outcome = self.run_unit(ctx, n, 1, Some(&why)).await?;
+                let outcome = self.run_unit(ctx, n, 1, Unit::NotProbed(&why)).await?;
                 tally.add(&self.plan.points[n].label(), outcome);
             }
             found.push(self.found_details(search, &series, result, &probed));
@@ -186,18 +188,16 @@ impl Sweep<'_> {
     }
 
     /// One run of point `n`: kept when an earlier attempt of the run stands, skipped when the
-    /// plan skips it or `skip_as` gives a reason (a candidate a search did not need), else
-    /// measured.
-    async fn run_unit(
-        &self,
-        ctx: &HostCtx,
-        n: usize,
-        repetition: u32,
-        skip_as: Option<&str>,
-    ) -> Result<Outcome> {
+    /// plan skips it or a search did not need it, else measured.
+    async fn run_unit(&self, ctx: &HostCtx, n: usize, repetition: u32, unit: Unit<'_>) -> Result<Outcome> {
         let point = &self.plan.points[n];
         let key = PointKey::new(self.step.index, &point.label(), repetition);
-        Ok(match ctx.work.point(&key) {
+        let (work, skip_as) = match unit {
+            Unit::Planned => (ctx.work.point(&key), None),
+            Unit::Probe => (ctx.work.candidate(&key, None), None),
+            Unit::NotProbed(why) => (ctx.work.candidate(&key, Some(why)), Some(why)),
+        };
+        Ok(match work {
             // Measured (or failed, or skipped) by an earlier attempt of the run: it stands.
             PointWork::Keep { kept, .. } => Outcome::of(kept, ctx.work.records(&key).to_vec()),
             PointWork::Run { attempt } => match skip_as.or(point.skip.as_deref()) {
@@ -215,6 +215,17 @@ impl Sweep<'_> {
             },
         })
     }
+}
+
+/// What a sweep asks of one of its point runs.
+#[derive(Clone, Copy)]
+enum Unit<'a> {
+    /// A point of the plan: run, unless an earlier attempt stands or the plan skips it.
+    Planned,
+    /// A capacity search's probe (see [`crate::resume::HostWork::candidate`]).
+    Probe,
+    /// A candidate the search did not need, recorded skipped with this reason.
+    NotProbed(&'a str),
 }
 
 /// The sweep's points by series (the values of every axis but `axis`), each series' points in

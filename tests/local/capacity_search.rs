@@ -376,3 +376,86 @@ fn each_server_variant_gets_a_search_of_its_own() {
         "{headline}"
     );
 }
+
+#[test]
+fn a_probe_redone_after_a_failure_leads_the_search_on_and_measures_what_it_had_not_probed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  sim: {connection: local}\n",
+    )
+    .unwrap();
+    // p99 TTFT of 100 ms per req/s offered: under 420 ms the capacity is 4 req/s. The probe at
+    // 2 req/s fails until `fixed` exists.
+    let fixed = dir.path().join("fixed");
+    let playbook = format!(
+        "name: flaky\nslo: {{p99_ttft_ms: 420}}\nsteps:\n  - run-sweep:\n      \
+         search: {{axis: request_rate, from: 0.5, to: 10, step: 0.5}}\n      \
+         command: \"{{% if request_rate == 2 %}}[ -e {} ] || exit 3; {{% endif %}}echo \
+         '{{\\\"p99_ttft_ms\\\": {{{{ request_rate * 100 }}}}}}'\"\n",
+        fixed.display()
+    );
+    std::fs::write(dir.path().join("flaky.yaml"), playbook).unwrap();
+    let out = run_rigrun(dir.path(), &["run", "flaky.yaml", "--runs-dir", "runs", "-q"]);
+    assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+    let run_dir = only_run_dir(&dir.path().join("runs"));
+    let found = search_details(&run_dir, "sim");
+    // The failure at 2 was a miss: 1.5 met the limits, 2 did not.
+    assert_eq!(
+        (found["met"].as_f64(), found["missed"].as_f64()),
+        (Some(1.5), Some(2.0)),
+        "{found}"
+    );
+
+    std::fs::write(&fixed, "").unwrap();
+    let resume = [
+        "run",
+        "--resume",
+        run_dir.to_str().unwrap(),
+        "--redo-failed",
+        "-q",
+    ];
+    let out = run_rigrun(dir.path(), &resume);
+    assert!(out.status.success(), "{:?}", text(&out));
+    // The search now goes past 2, measuring the candidates it had not probed before.
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let found = events
+        .lines()
+        .rev()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "step_finished" && e["details"]["search"].is_array())
+        .unwrap()["details"]["search"][0]
+        .clone();
+    assert_eq!(
+        (found["met"].as_f64(), found["missed"].as_f64()),
+        (Some(4.0), Some(4.5)),
+        "{found}"
+    );
+    for probe in found["probed"].as_array().unwrap() {
+        let rate: f64 = probe["point"].as_str().unwrap()["request_rate=".len()..]
+            .parse()
+            .unwrap();
+        assert_eq!(probe["met"], rate * 100.0 <= 420.0, "{probe}");
+    }
+    // Every candidate's latest record: a measurement, or skipped with the search's new words.
+    let mut latest: std::collections::BTreeMap<String, Value> = Default::default();
+    for record in records(&run_dir) {
+        latest.insert(record["point"]["request_rate"].to_string(), record);
+    }
+    assert_eq!(latest.len(), 20, "{latest:?}");
+    for (rate, record) in &latest {
+        match record["status"].as_str() {
+            Some("ok") => {}
+            Some("skipped") => assert!(
+                record["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("request_rate=4 met the limits, request_rate=4.5 did not"),
+                "{rate}: {record}"
+            ),
+            _ => panic!("{rate}: {record}"),
+        }
+    }
+    let shown = text(&run_rigrun(dir.path(), &["show", run_dir.to_str().unwrap()])).0;
+    assert!(shown.contains("sim: request_rate=4 (4.5 did not;"), "{shown}");
+}
