@@ -242,12 +242,32 @@ fn series_of(points: &[SweepPoint], axis: &str) -> Vec<Vec<usize>> {
 /// The sweep of a server variant whose server did not start: every point run the host's work
 /// still runs is recorded failed with `reason` and finished so.
 pub fn fail(ctx: &HostCtx, step: &PlannedStep, plan: &RunSweepPlan, reason: &str) {
+    // A capacity search would have probed each series' lowest candidate first and reached no
+    // other: those are not probed, not failed (a table of every candidate failed said more
+    // than happened, and a resume must be free to probe them).
+    let searched: Option<Vec<usize>> = plan.search.as_ref().map(|s| {
+        series_of(&plan.points, &s.axis)
+            .iter()
+            .map(|series| series[0])
+            .collect()
+    });
     for run in plan.runs() {
         let point = &plan.points[run.point];
         let key = PointKey::new(step.index, &point.label(), run.repetition);
         let PointWork::Run { attempt } = ctx.work.point(&key) else {
             continue;
         };
+        if searched
+            .as_ref()
+            .is_some_and(|firsts| !firsts.contains(&run.point))
+        {
+            let run = PointRun {
+                repetition: run.repetition,
+                attempt,
+            };
+            skip(ctx, step, point, run, &format!("{NOT_PROBED}: {reason}"));
+            continue;
+        }
         let at = attempt_at(
             step,
             point,

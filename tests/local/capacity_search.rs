@@ -312,14 +312,20 @@ fn each_server_variant_gets_a_search_of_its_own() {
     let playbook = format!(
         "name: variants\nslo: {{p99_ttft_ms: 420}}\nserver:\n  \
          command: \"{{{{ rigrun }}}} sim --profile tiny --port {port}\"\n  \
-         url: \"http://127.0.0.1:{port}\"\n  variants: {{k: [1, 2]}}\nsteps:\n  - run-sweep:\n      \
+         url: \"http://127.0.0.1:{port}\"\n  variants: {{k: [1, 2, broken]}}\n  \
+         args: {{k=broken: [--no-such-flag]}}\nsteps:\n  - run-sweep:\n      \
          search: {{axis: request_rate, from: 0.5, to: 10, step: 0.5}}\n      \
-         command: \"echo '{{\\\"p99_ttft_ms\\\": {{{{ request_rate * 100 * k }}}}}}'\"\n",
+         command: \"echo '{{\\\"p99_ttft_ms\\\": {{{{ request_rate * 100 * (2 if k == 2 else 1) }}}}}}'\"\n",
         port = free_port()
     );
     std::fs::write(dir.path().join("variants.yaml"), playbook).unwrap();
     let out = run_rigrun(dir.path(), &["run", "variants.yaml", "--runs-dir", "runs", "-q"]);
-    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the broken variant fails: {:?}",
+        text(&out)
+    );
     let run_dir = only_run_dir(&dir.path().join("runs"));
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let found = |variant: &str| -> Value {
@@ -360,6 +366,25 @@ fn each_server_variant_gets_a_search_of_its_own() {
             of_variant.len(),
             20,
             "every candidate recorded once: {of_variant:?}"
+        );
+    }
+    // A variant whose server did not start: its search's first probe failed, and the rest of
+    // its candidates are not probed (not 20 failed points).
+    let broken: Vec<&Value> = all
+        .iter()
+        .filter(|r| r["variant"]["k"] == "broken" && r["step"] == "run-sweep")
+        .collect();
+    let with = |status: &str| broken.iter().filter(|r| r["status"] == status).count();
+    assert_eq!(
+        (with("failed"), with("skipped"), broken.len()),
+        (1, 19, 20),
+        "{broken:?}"
+    );
+    assert_eq!(broken[0]["point"]["request_rate"], 0.5, "{broken:?}");
+    for skipped in broken.iter().filter(|r| r["status"] == "skipped") {
+        assert!(
+            skipped["reason"].as_str().unwrap().starts_with("not probed: "),
+            "{skipped}"
         );
     }
     let shown = text(&run_rigrun(dir.path(), &["show", run_dir.to_str().unwrap()])).0;
