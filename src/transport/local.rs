@@ -33,10 +33,8 @@ impl LocalTransport {
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
         let marker = wrapper::new_marker();
-        let mut channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
-        // stdin is held until the command ends: closing it is what stops the command.
-        let code = wrapper::drive(&mut channel.stdout, &mut channel.stderr, &marker, on_output).await?;
-        channel.wait().await;
+        let channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        let code = wrapper::finish(channel, &marker, on_output).await?;
         code.context("the command ended without reporting its exit code (was its shell killed?)")
     }
 

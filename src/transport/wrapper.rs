@@ -201,6 +201,19 @@ pub async fn drive(
     Ok(stderr_end.and_then(|rc| rc.parse().ok()))
 }
 
+/// Drives a channel that runs [`WRAPPER`] to its end: what the command prints to `on_output`,
+/// then the exit code it reported (None: the channel ended first). The channel's stdin is held
+/// until then, since closing it is what stops the command.
+pub(crate) async fn finish(
+    mut channel: super::channel::Channel,
+    marker: &str,
+    on_output: &mut (dyn FnMut(Stream, Output) + Send),
+) -> io::Result<Option<i32>> {
+    let code = drive(&mut channel.stdout, &mut channel.stderr, marker, on_output).await?;
+    channel.wait().await;
+    Ok(code)
+}
+
 /// A whole line as text for those who read lines: invalid UTF-8 replaced, `\r` dropped.
 pub fn line_text(line: &[u8]) -> std::borrow::Cow<'_, str> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);

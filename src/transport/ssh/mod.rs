@@ -124,10 +124,8 @@ impl SshTransport {
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
         let marker = wrapper::new_marker();
-        let mut channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
-        // stdin is held until the command ends: closing it is what stops the command.
-        let code = wrapper::drive(&mut channel.stdout, &mut channel.stderr, &marker, on_output).await?;
-        channel.wait().await;
+        let channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        let code = wrapper::finish(channel, &marker, on_output).await?;
         code.ok_or_else(|| {
             anyhow!(
                 "the connection to {} broke before the command finished",
