@@ -43,6 +43,32 @@ pub fn run(args: &[&str]) -> BenchRun {
     }
 }
 
+/// What the client says of itself when this shared machine kept it from loading the server as
+/// asked: the level is rightly invalid, but that says nothing of what a test that is not about
+/// the client's own capacity checks.
+const CLIENT_BUSY: &[&str] = &[
+    "requested streams were in flight on average",
+    "was never reached: at most",
+    "the client's CPU was saturated",
+];
+
+/// Asserts that every level was measured with no failed request, that the exit code says
+/// whether every level was valid (0) or not (1), and that a level is invalid only for the
+/// client's own load (`CLIENT_BUSY`); `context` goes into the failure's message.
+pub fn assert_measured(run: &BenchRun, context: &str) {
+    assert!(!run.records.is_empty(), "{context}: no record: {}", run.stderr);
+    let mut all_valid = true;
+    for r in &run.records {
+        assert_eq!(r["failed"], 0, "{context}: {r}");
+        let problems = r["problems"].as_array().cloned().unwrap_or_default();
+        let busy = |p: &Value| CLIENT_BUSY.iter().any(|b| p.as_str().unwrap_or("").contains(b));
+        assert!(problems.iter().all(busy), "{context}: {r}");
+        all_valid &= r["valid"] == true;
+    }
+    let expected = if all_valid { 0 } else { 1 };
+    assert_eq!(run.code, expected, "{context}: {}", run.stderr);
+}
+
 /// A numeric metric of a record.
 pub fn num(record: &Value, key: &str) -> f64 {
     record[key]
