@@ -187,8 +187,10 @@ impl SweepProgress {
             let series_of = |point: &str| search.of_point.get(point);
             let series = series_of(&key.2);
             let of_series = |k: &RunKey| k.0 == key.0 && k.1 == key.1 && series_of(&k.2) == series;
-            let series = series.cloned().unwrap_or_default();
-            if self.settled.insert((key.0.clone(), key.1, series)) {
+            if self
+                .settled
+                .insert((key.0.clone(), key.1, series.cloned().unwrap_or_default()))
+            {
                 let probed = self.done.iter().filter(|k| of_series(k)).count();
                 let unused = search.allotted.saturating_sub(probed);
                 self.total = self.total.saturating_sub(unused).max(self.done.len());

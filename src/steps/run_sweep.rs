@@ -240,7 +240,8 @@ fn series_of(points: &[SweepPoint], axis: &str) -> Vec<Vec<usize>> {
 }
 
 /// The sweep of a server variant whose server did not start: every point run the host's work
-/// still runs is recorded failed with `reason` and finished so.
+/// still runs is recorded failed with `reason` and finished so (in a capacity search, only each
+/// series' first probe; its other candidates are recorded not probed).
 pub fn fail(ctx: &HostCtx, step: &PlannedStep, plan: &RunSweepPlan, reason: &str) {
     // A capacity search would have probed each series' lowest candidate first and reached no
     // other: those are not probed, not failed (a table of every candidate failed said more

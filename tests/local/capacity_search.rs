@@ -67,6 +67,11 @@ fn search_details(run_dir: &Path, host: &str) -> Value {
         .clone()
 }
 
+/// `hosts.yaml` in `dir`: one host, `sim`, on this machine.
+fn one_local_host(dir: &Path) {
+    std::fs::write(dir.join("hosts.yaml"), "hosts:\n  sim: {connection: local}\n").unwrap();
+}
+
 #[test]
 fn a_search_finds_each_hosts_capacity_where_the_sim_predicts_it_in_few_probes() {
     let tmp = tempfile::tempdir().unwrap();
@@ -186,11 +191,7 @@ fn rate_search(go: &Path) -> String {
 fn an_interrupted_search_resumes_from_the_probes_it_kept_and_finds_the_same_capacity() {
     use crate::resume_support::{point_started, spawn, wait_for_event};
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("hosts.yaml"),
-        "hosts:\n  sim: {connection: local}\n",
-    )
-    .unwrap();
+    one_local_host(dir.path());
     let go = dir.path().join("go");
     std::fs::write(dir.path().join("rates.yaml"), rate_search(&go)).unwrap();
     let runs = dir.path().join("runs");
@@ -254,11 +255,7 @@ fn an_interrupted_search_resumes_from_the_probes_it_kept_and_finds_the_same_capa
 #[test]
 fn a_failed_probe_ends_a_search_that_stops_on_failure_and_is_a_miss_otherwise() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("hosts.yaml"),
-        "hosts:\n  sim: {connection: local}\n",
-    )
-    .unwrap();
+    one_local_host(dir.path());
     // Candidates 0.5 to 10 by 0.5; from 4 req/s on the command fails.
     let playbook = |stop: bool| {
         format!(
@@ -302,11 +299,7 @@ fn a_failed_probe_ends_a_search_that_stops_on_failure_and_is_a_miss_otherwise() 
 #[test]
 fn each_server_variant_gets_a_search_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("hosts.yaml"),
-        "hosts:\n  sim: {connection: local}\n",
-    )
-    .unwrap();
+    one_local_host(dir.path());
     // The tiny sim serves each variant; the measurement is known: a p99 TTFT of 100 ms per
     // req/s offered under k=1 and 200 ms under k=2, so under 420 ms: 4 req/s and 2 req/s.
     let playbook = format!(
@@ -405,11 +398,7 @@ fn each_server_variant_gets_a_search_of_its_own() {
 #[test]
 fn a_probe_redone_after_a_failure_leads_the_search_on_and_measures_what_it_had_not_probed() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("hosts.yaml"),
-        "hosts:\n  sim: {connection: local}\n",
-    )
-    .unwrap();
+    one_local_host(dir.path());
     // p99 TTFT of 100 ms per req/s offered: under 420 ms the capacity is 4 req/s. The probe at
     // 2 req/s fails until `fixed` exists.
     let fixed = dir.path().join("fixed");
