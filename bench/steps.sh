@@ -4,7 +4,9 @@
 # disconnect), by
 #   - a raw `ssh` loop through a ControlMaster per host (start the master, $STEPS commands, stop
 #     it; the hosts' loops in parallel): the floor every tool pays on top of;
-#   - rigrun: $STEPS `shell:` steps, and a `run-sweep` of $STEPS points;
+#   - rigrun: $STEPS `shell:` steps, and a `run-sweep` of $STEPS points, on hosts that have
+#     rigrun's copy (any run that used `{{ rigrun }}` there leaves it: each job is then
+#     `rigrun job-run`); and the steps again on hosts without it (each job is then job.sh);
 #   - pyinfra 3 and Ansible (ansible-core), installed from PyPI into a venv of their own
 #     ($VENV, kept between runs), each with its defaults, all hosts in parallel.
 # Every host is the same loopback sshd (bench/lib/sshd.sh), reached as the user below, with
@@ -34,6 +36,9 @@ QUIET_USER=rigrun-bench
 
 cargo build --release --quiet
 RIGRUNS=("$TARGET/release/rigrun")
+# An empty host-binaries folder: the copy sent to the hosts is this very rigrun.
+export RIGRUN_HOST_BINARIES=$WORK/host-binaries
+mkdir -p "$RIGRUN_HOST_BINARIES"
 if [ -n "${BASELINE_REV:-}" ]; then
   base=$WORK/baseline-src
   git worktree add --detach -q "$base" "$BASELINE_REV"
@@ -67,9 +72,12 @@ slow) HOST_WORKDIR=$WORK/work;;
 *) echo "LOGIN must be quiet or slow, not $LOGIN" >&2; exit 2;;
 esac
 
-# The playbooks, inventories and deploy files for $n hosts (h1..hn).
+# The playbooks, inventories and deploy files for $n hosts (h1..hn); hosts-jobsh-$n.yaml has
+# them work in a folder where rigrun's copy never goes.
 for n in $HOSTS; do
   { echo "hosts:"; for i in $(seq "$n"); do host_entry "h$i"; done; } > "$WORK/hosts-$n.yaml"
+  { echo "hosts:"; for i in $(seq "$n"); do HOST_WORKDIR=$HOST_WORKDIR-jobsh host_entry "h$i"; done; } \
+    > "$WORK/hosts-jobsh-$n.yaml"
   {
     echo "[bench]"
     for i in $(seq "$n"); do
@@ -103,6 +111,8 @@ with open(f"{work}/sweep.yaml", "w") as f:
     # A record per point (`echo` is a shell builtin): a sweep that measures nothing fails.
     f.write("name: trivial-sweep\nsteps:\n  - run-sweep:\n      command: \"echo '{\\\"i\\\": {{ i }}}'\"\n")
     f.write("      matrix: {i: [%s]}\n" % ", ".join(str(i) for i in range(steps)))
+with open(f"{work}/copy.yaml", "w") as f:
+    f.write("name: rigrun-copy\nsteps:\n  - shell: {name: copy, command: \"{{ rigrun }} --version\"}\n")
 with open(f"{work}/deploy.py", "w") as f:
     f.write("from pyinfra.operations import server\n")
     f.write(f"for i in range({steps}):\n    server.shell(name=f'step{{i}}', commands=['true'])\n")
@@ -123,10 +133,17 @@ raw() {
   for i in $(seq "$1"); do raw_loop "h$i" & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p"; done
 }
-rigrun_with() { "$1" run "$2" -i "$WORK/hosts-$3.yaml" --runs-dir "$WORK/runs" -q; }
-rigrun() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "$1"; }
-rigrun_sweep() { rigrun_with "${RIGRUNS[0]}" "$WORK/sweep.yaml" "$1"; }
-rigrun_baseline() { rigrun_with "${RIGRUNS[1]}" "$WORK/steps.yaml" "$1"; }
+rigrun_with() { "$1" run "$2" -i "$WORK/$3.yaml" --runs-dir "$WORK/runs" -q; }
+rigrun() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "hosts-$1"; }
+rigrun_sweep() { rigrun_with "${RIGRUNS[0]}" "$WORK/sweep.yaml" "hosts-$1"; }
+rigrun_jobsh() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "hosts-jobsh-$1"; }
+rigrun_baseline() { rigrun_with "${RIGRUNS[1]}" "$WORK/steps.yaml" "hosts-$1"; }
+
+# rigrun's copy on the hosts (they share one workdir), as a run with `{{ rigrun }}` leaves it.
+case " $TOOLS " in *" rigrun "*)
+  rigrun_with "${RIGRUNS[0]}" "$WORK/copy.yaml" "hosts-${HOSTS%% *}" >"$WORK/copy.log" 2>&1 \
+    || { echo "could not put rigrun's copy on the hosts: $(tail -3 "$WORK/copy.log")" >&2; exit 1; };;
+esac
 pyinfra() { "$VENV/bin/pyinfra" -y "$WORK/pyinfra-$1.py" "$WORK/deploy.py"; }
 ansible() {
   ANSIBLE_HOST_KEY_CHECKING=True ANSIBLE_FORKS=$1 ANSIBLE_LOCAL_TEMP=$WORK/ansible-tmp \
@@ -136,7 +153,7 @@ ansible() {
 COLUMNS_=()
 for t in $TOOLS; do
   COLUMNS_+=("$t")
-  [ "$t" = rigrun ] && COLUMNS_+=(rigrun_sweep)
+  [ "$t" = rigrun ] && COLUMNS_+=(rigrun_sweep rigrun_jobsh)
   [ "$t" = rigrun ] && [ ${#RIGRUNS[@]} -gt 1 ] && COLUMNS_+=(rigrun_baseline)
 done
 
@@ -172,7 +189,9 @@ for line in open(path):
     times.setdefault((tool, int(n)), []).append(float(t))
 hosts = sorted({n for _, n in times})
 names = {"raw": "raw `ssh` loop (ControlMaster)", "rigrun": "rigrun, shell steps",
-         "rigrun_sweep": "rigrun, sweep points", "rigrun_baseline": "rigrun at BASELINE_REV",
+         "rigrun_sweep": "rigrun, sweep points",
+         "rigrun_jobsh": "rigrun, shell steps, host without rigrun's copy (job.sh)",
+         "rigrun_baseline": "rigrun at BASELINE_REV",
          "pyinfra": "pyinfra", "ansible": "Ansible"}
 def median(tool, n):
     ts = times.get((tool, n), [])

@@ -189,7 +189,9 @@ once. Every attempt is recorded with its reason.\n\n\
 The rigrun a host runs ({{ rigrun }} in a command): per host, the inventory's `rigrun_binary:`, \
 else $RIGRUN_HOST_BINARIES/<target triple>/rigrun (default ~/.cache/rigrun/host-binaries; \
 tools/host-binary.sh builds one for glibc 2.17 and later), else this very binary when it fits the \
-host (architecture, glibc). Sent compressed, once per content (see README, \"The rigrun a host runs\").";
+host (architecture, glibc). Sent compressed, once per content (see README, \"The rigrun a host runs\"). \
+A host with a copy of this rigrun also has it start each command it runs (`rigrun job-run`: 2 execs \
+and 2 forks per command on the host, against job.sh's 5 and 8).";
 
 #[derive(Args, Debug)]
 pub struct RunsArgs {

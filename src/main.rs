@@ -4,8 +4,16 @@ use clap::Parser;
 use rigrun::cli::{Cli, Command};
 use rigrun::commands;
 use rigrun::exit::Exit;
+use rigrun::transport::job_runner;
 
 fn main() -> ExitCode {
+    // A detached job's runner on a host (see transport::job_runner): before any thread starts,
+    // since it forks.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == job_runner::SUBCOMMAND) {
+        return ExitCode::from(job_runner::main(&args[2..]) as u8);
+    }
+    job_runner::mark_this_binary();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

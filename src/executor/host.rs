@@ -120,12 +120,15 @@ impl HostJob {
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
         ctx.transport.start_jobs(&jobs);
-        let rigrun = rigrun_binary::path_on_host(config, &self.host, &ctx, &facts, &copy)
+        let rigrun = rigrun_binary::on_host(config, &self.host, &ctx, &facts, &copy)
             .await
             .map_err(fail("upload rigrun"))?;
+        if rigrun.runs_jobs {
+            ctx.transport.use_job_runner(&rigrun.path);
+        }
         let builtins = Builtins {
             run_id: self.run_id.clone(),
-            rigrun,
+            rigrun: rigrun.path,
         };
         let vars = config.host_vars(&self.host, &ctx.workdir, &builtins);
         let stop = match &config.playbook.server {

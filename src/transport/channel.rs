@@ -44,19 +44,19 @@ impl Channel {
         })
     }
 
-    /// Runs `sh -c script rigrun args...` on this machine.
-    pub fn local(script: &str, args: &[&str], permit: OwnedSemaphorePermit) -> Result<Channel> {
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("rigrun")
+    /// Runs `program` with `args` on this machine.
+    pub fn local(program: Program<'_>, args: &[&str], permit: OwnedSemaphorePermit) -> Result<Channel> {
+        let mut child = program
+            .command()
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
+            // A script dies with its channel; the job runner is told `stop` on its stdin and
+            // stops its job itself (killed, it could not: its listener is a thread of it).
+            .kill_on_drop(matches!(program, Program::Script(_)))
             .spawn()
-            .context("cannot start sh on this machine")?;
+            .with_context(|| format!("cannot start {} on this machine", program.name()))?;
         Ok(Channel {
             stdin: Box::new(child.stdin.take().context("no stdin pipe")?),
             stdout: Box::new(child.stdout.take().context("no stdout pipe")?),
@@ -125,14 +125,55 @@ impl AsRawFd for ClosedInput {
     }
 }
 
-/// The command line that runs `sh -c script rigrun args...` through a login shell (SSH).
-pub(crate) fn sh_line(script: &str, args: &[&str]) -> String {
-    let mut line = format!("sh -c {} rigrun", shell_quote(script));
-    for arg in args {
-        line.push(' ');
-        line.push_str(&shell_quote(arg));
+/// What a channel runs on the host, before its arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Program<'a> {
+    /// `sh -c script rigrun args...`
+    Script(&'a str),
+    /// `<path> job-run args...`: the host's copy of rigrun running a detached job (see
+    /// `job_runner.rs`).
+    JobRunner(&'a str),
+}
+
+impl Program<'_> {
+    /// The command that runs it on this machine (the arguments still to add).
+    fn command(&self) -> tokio::process::Command {
+        match self {
+            Program::Script(script) => {
+                let mut command = tokio::process::Command::new("sh");
+                command.arg("-c").arg(script).arg("rigrun");
+                command
+            }
+            Program::JobRunner(path) => {
+                let mut command = tokio::process::Command::new(path);
+                command.arg(super::job_runner::SUBCOMMAND);
+                command
+            }
+        }
     }
-    line
+
+    /// What it is called in an error.
+    fn name(&self) -> &str {
+        match self {
+            Program::Script(_) => "sh",
+            Program::JobRunner(path) => path,
+        }
+    }
+
+    /// The command line that runs it with `args` through a login shell (SSH).
+    pub(crate) fn line(&self, args: &[&str]) -> String {
+        let mut line = match self {
+            Program::Script(script) => format!("sh -c {} rigrun", shell_quote(script)),
+            Program::JobRunner(path) => {
+                format!("{} {}", shell_quote(path), super::job_runner::SUBCOMMAND)
+            }
+        };
+        for arg in args {
+            line.push(' ');
+            line.push_str(&shell_quote(arg));
+        }
+        line
+    }
 }
 
 /// The pipe the ControlMaster writes a channel's output into, grown from 64 KiB to 1 MiB (the

@@ -6,7 +6,9 @@
 //! The command's output goes to those files and, through `tee`, live to the channel; `tee`
 //! carries on with the file when the channel is gone. rigrun counts the bytes it received per
 //! stream; after a drop it reconnects with backoff and attaches again from those offsets
-//! (`tail -c +N --pid`), so no byte is lost and none comes twice.
+//! (`tail -c +N --pid`), so no byte is lost and none comes twice. Where the host has a copy of
+//! this rigrun ([`Transport::use_job_runner`]), that copy starts jobs instead of `job.sh run`
+//! (`job_runner.rs`, the same files at a fraction of the host's CPU); the rest stays `job.sh`'s.
 //!
 //! Each job keeps the host's boot id it started under (`.boot`): one followed again after a reboot
 //! (a lost connection, a resumed run) is [`Rebooted`], not read from its files as if it had ended
@@ -27,7 +29,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::AsyncWriteExt;
 
 use super::boot::{BootWatch, OnReboot};
-use super::channel::Channel;
+use super::channel::{Channel, Program};
 use super::wrapper::{self, carry, Output, Stream, StreamReader};
 use super::{DiskFull, Link, Lost, Rebooted, Transport};
 use crate::config::HostSpec;
@@ -63,6 +65,9 @@ pub(super) struct Jobs {
     given_up: OnceLock<String>,
     /// The host's boot id as last seen, and who to tell of a reboot.
     boot: BootWatch,
+    /// The host's copy of this rigrun, which starts jobs natively (`job_runner.rs`); without
+    /// one, `job.sh` does.
+    runner: OnceLock<String>,
 }
 
 impl Jobs {
@@ -76,6 +81,7 @@ impl Jobs {
             started_any: AtomicBool::new(false),
             given_up: OnceLock::new(),
             boot: BootWatch::default(),
+            runner: OnceLock::new(),
         }
     }
 
@@ -116,6 +122,12 @@ impl Transport {
         if let Ok(mut k) = self.jobs.keeper.lock() {
             *k = Some(keeper.abort_handle());
         }
+    }
+
+    /// Has jobs started by `path`, the host's copy of this rigrun (`rigrun job-run`), instead
+    /// of `job.sh`: one process and a fork on the host per job instead of seven processes.
+    pub fn use_job_runner(&self, path: &str) {
+        let _ = self.jobs.runner.set(path.to_string());
     }
 
     /// Watches the host's boot id from `boot_id` (the facts'): `on_reboot` is told once of each
@@ -223,7 +235,13 @@ impl Transport {
             job.command,
             &lease,
         ];
-        let mut channel = self.spawn(JOB, &args).await?;
+        // Attaching and a host without the runner: job.sh (the runner itself hands a job that
+        // exists already to job.sh).
+        let program = match self.jobs.runner.get() {
+            Some(runner) if action == "run" => Program::JobRunner(runner),
+            _ => Program::Script(JOB),
+        };
+        let mut channel = self.spawn(program, &args).await?;
         let mut stop_on_drop = StopOnDrop(Some(channel.stdin_fd()));
         let carried = {
             let Channel {
@@ -327,7 +345,7 @@ impl Transport {
         let mut args = head.to_vec();
         args.extend([marker.as_str(), "keep", "0", "0", "-", &lease]);
         args.extend(tail);
-        let mut channel = self.spawn(JOB, &args).await?;
+        let mut channel = self.spawn(Program::Script(JOB), &args).await?;
         let mut readers: [StreamReader; 2] = Default::default();
         let carried = carry(
             &mut channel.stdout,
@@ -434,66 +452,6 @@ mod tests {
         (out, err, end)
     }
 
-    #[tokio::test]
-    async fn a_job_hands_on_its_output_and_exit_code_and_keeps_them_on_the_host() {
-        let dir = tempfile::tempdir().unwrap();
-        let transport = local(dir.path()).await;
-        let (out, err, end) = run(
-            &transport,
-            "j1",
-            "echo one; echo two >&2; printf 'no newline'; exit 3",
-            None,
-        )
-        .await;
-        assert_eq!(end.unwrap(), JobEnd::Exited(3));
-        assert_eq!(out, ["one", "no newline"]);
-        assert_eq!(err, ["two"]);
-        let kept = |ext: &str| std::fs::read_to_string(dir.path().join(format!("jobs/j1.{ext}"))).unwrap();
-        assert_eq!(kept("out"), "one\nno newline");
-        assert_eq!(kept("rc"), "3\n");
-    }
-
-    #[tokio::test]
-    async fn past_its_timeout_a_job_is_stopped_with_its_children() {
-        let dir = tempfile::tempdir().unwrap();
-        let transport = local(dir.path()).await;
-        let pid_file = dir.path().join("child");
-        let command = format!("sleep 300 & echo $! > {}; echo started; wait", pid_file.display());
-        let (out, _, end) = run(&transport, "j2", &command, Some(Duration::from_millis(500))).await;
-        assert_eq!(end.unwrap(), JobEnd::TimedOut);
-        assert_eq!(out, ["started"]);
-        let child = std::fs::read_to_string(&pid_file).unwrap();
-        assert!(
-            wait_until_gone(child.trim()),
-            "the job's child outlived its timeout"
-        );
-        let stopped = std::fs::read_to_string(dir.path().join("jobs/j2.stopped")).unwrap();
-        assert_eq!(stopped, "timeout\n");
-    }
-
-    #[tokio::test]
-    async fn a_dropped_follower_stops_its_job() {
-        let dir = tempfile::tempdir().unwrap();
-        let transport = local(dir.path()).await;
-        let pid_file = dir.path().join("child");
-        let command = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
-        let following = run(&transport, "j3", &command, None);
-        let appeared = async {
-            while !pid_file.exists() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        tokio::select! {
-            _ = following => panic!("the job ended by itself"),
-            () = appeared => {}
-        }
-        let child = std::fs::read_to_string(&pid_file).unwrap();
-        assert!(
-            wait_until_gone(child.trim()),
-            "the job outlived its dropped follower"
-        );
-    }
-
     /// Over SSH the end of stdin may be a lost connection, so only the word `StopOnDrop` writes
     /// stops a job there: checked with `keep`, the stdin held open.
     #[tokio::test]
@@ -507,7 +465,7 @@ mod tests {
             .await
             .unwrap();
         let args = ["run", &jobs, "j5", "M", "keep", "0", "0", &command, "120"];
-        let channel = Channel::local(JOB, &args, permit).unwrap();
+        let channel = Channel::local(Program::Script(JOB), &args, permit).unwrap();
         while !pid_file.exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -517,22 +475,6 @@ mod tests {
         let stopped = std::fs::read_to_string(dir.path().join("jobs/j5.stopped")).unwrap();
         assert_eq!(stopped, "interrupted\n");
         drop(channel);
-    }
-
-    #[tokio::test]
-    async fn a_job_that_exists_is_attached_to_not_started_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let transport = local(dir.path()).await;
-        let counter = dir.path().join("starts");
-        let command = format!("echo x >> {}; echo done", counter.display());
-        let (first, _, _) = run(&transport, "j4", &command, None).await;
-        let (again, _, end) = run(&transport, "j4", &command, None).await;
-        assert_eq!(end.unwrap(), JobEnd::Exited(0));
-        assert_eq!(
-            (first, again),
-            (vec!["done".to_string()], vec!["done".to_string()])
-        );
-        assert_eq!(std::fs::read_to_string(&counter).unwrap(), "x\n", "started twice");
     }
 
     /// A job whose `.boot` names another boot than the host's (it was started before a reboot,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
-use super::channel::Channel;
+use super::channel::{Channel, Program};
 use super::wrapper::{self, Output, Stream};
 use super::{unix_seconds, Source, Streamed};
 
@@ -33,15 +33,17 @@ impl LocalTransport {
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
         let marker = wrapper::new_marker();
-        let channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        let channel = self
+            .spawn(Program::Script(wrapper::WRAPPER), &[command, &marker])
+            .await?;
         let code = wrapper::finish(channel, &marker, on_output).await?;
         code.context("the command ended without reporting its exit code (was its shell killed?)")
     }
 
     /// Starts `sh -c script rigrun args...` here.
-    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<Channel> {
+    pub(crate) async fn spawn(&self, program: Program<'_>, args: &[&str]) -> Result<Channel> {
         let permit = self.permits.clone().acquire_owned().await?;
-        Channel::local(script, args, permit)
+        Channel::local(program, args, permit)
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {

@@ -41,7 +41,9 @@ impl Transport {
     /// Starts a `tar` for [`Tar::read`].
     pub async fn start_tar(&self) -> Result<Tar> {
         let marker = super::login_noise::new_marker("tar");
-        let channel = self.spawn(SCRIPT, &[&marker]).await?;
+        let channel = self
+            .spawn(super::channel::Program::Script(SCRIPT), &[&marker])
+            .await?;
         Ok(Tar { channel, marker })
     }
 

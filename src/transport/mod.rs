@@ -12,6 +12,7 @@ mod channel;
 mod cipher;
 mod frame;
 mod job;
+pub mod job_runner;
 mod local;
 pub mod login_noise;
 mod lost;
@@ -248,11 +249,15 @@ impl Transport {
         }
     }
 
-    /// Starts `sh -c script rigrun args...` on the host with its three streams.
-    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<channel::Channel> {
+    /// Starts `program` with `args` on the host with its three streams.
+    pub(crate) async fn spawn(
+        &self,
+        program: channel::Program<'_>,
+        args: &[&str],
+    ) -> Result<channel::Channel> {
         match &self.link {
-            Link::Ssh(t) => t.spawn(script, args).await,
-            Link::Local(t) => t.spawn(script, args).await,
+            Link::Ssh(t) => t.spawn(program, args).await,
+            Link::Local(t) => t.spawn(program, args).await,
         }
     }
 

@@ -319,7 +319,8 @@ mod tests {
         let marker = new_marker();
         let noisy_login = format!(
             "echo '{{\"banner\": 1}}'; printf 'no newline'; echo rc-noise >&2; {}",
-            super::super::channel::sh_line(WRAPPER, &["echo out; echo err >&2; exit 3", &marker])
+            super::super::channel::Program::Script(WRAPPER)
+                .line(&["echo out; echo err >&2; exit 3", &marker])
         );
         let (lines, code) = run_sh(&["-c", &noisy_login], &marker, None).await;
         assert_eq!(code, Some(3));

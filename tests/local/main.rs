@@ -26,6 +26,7 @@ mod config_checks;
 mod config_errors;
 mod config_yaml;
 mod conventions;
+mod jobs;
 mod progress;
 mod report;
 mod report_compare;

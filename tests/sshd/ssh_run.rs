@@ -776,3 +776,32 @@ fn the_ssh_agent_authenticates_when_the_inventory_names_no_key() {
         text(&without)
     );
 }
+
+/// Where an SSH host has a copy of this rigrun, the copy starts each command (`rigrun job-run`);
+/// where it has none, job.sh does. A run that sends the copy uses it from then on, and a later
+/// run that has no `{{ rigrun }}` finds it there. Told by the process the command's `sh` was
+/// started by, as the host's process table has it.
+#[test]
+fn a_host_with_rigruns_copy_has_it_start_each_command() {
+    let (env, _a) = Env::with_one_host();
+    let workdir = env.path().join("work-a");
+    let starter = |playbook: &str| {
+        let (out, _) = env.run(playbook, &[]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let seen = std::fs::read(workdir.join("starter")).unwrap();
+        String::from_utf8_lossy(&seen).replace('\0', " ")
+    };
+    let tell = "      name: starter\n      command: \"cat /proc/$PPID/cmdline > {{ workdir }}/starter\"\n";
+    env.write("plain.yaml", &format!("name: plain\nsteps:\n  - shell:\n{tell}"));
+    env.write(
+        "copy.yaml",
+        &format!("name: copy\nsteps:\n  - shell: {{name: copy, command: \"{{{{ rigrun }}}} --version\"}}\n  - shell:\n{tell}"),
+    );
+    let job_sh = starter("plain.yaml");
+    assert!(job_sh.starts_with("sh -c # rigrun's detached jobs"), "{job_sh}");
+    let runner = format!("{}/bin/rigrun job-run run ", workdir.display());
+    let sent = starter("copy.yaml");
+    assert!(sent.starts_with(&runner), "{sent}");
+    let found = starter("plain.yaml");
+    assert!(found.starts_with(&runner), "{found}");
+}

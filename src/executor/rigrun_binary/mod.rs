@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use crate::config::{template, Config, Connection};
 use crate::facts::HostFacts;
 use crate::steps::HostCtx;
+use crate::transport::job_runner;
 use local_cache::Known;
 
 pub use choice::host_binaries_dir;
@@ -21,18 +22,25 @@ pub use choice::host_binaries_dir;
 /// Where the rigrun binary lives on an SSH host once uploaded.
 const REMOTE_RIGRUN: &str = "bin/rigrun";
 
-/// The lines that, added to the facts' command, tell what the host has of the rigrun copy:
-/// its sha256 and whether gzip is there. None when no copy will be needed (a local host, or a
-/// playbook without `{{ rigrun }}`).
+/// The lines that, added to the facts' command, tell what an SSH host has of the rigrun copy:
+/// whether it runs this rigrun's detached jobs (see `transport::job_runner`) and, when the
+/// playbook uses `{{ rigrun }}`, its sha256 and whether gzip is there. None for a local host.
 pub fn probe(config: &Config, host: &str) -> Option<String> {
     let spec = config.host(host);
-    if spec.connection == Connection::Local || !config.playbook_uses("rigrun") {
+    if spec.connection == Connection::Local {
         return None;
     }
     let path = shell_path(&format!("{}/{REMOTE_RIGRUN}", spec.workdir()));
+    let runner = format!(
+        "printf 'rigrun_runner\\t%s\\n' \"$(\"$f\" {} --protocol 2>/dev/null)\"",
+        job_runner::SUBCOMMAND
+    );
+    if !config.playbook_uses("rigrun") {
+        return Some(format!("f={path}; if [ -x \"$f\" ]; then {runner}; fi\n"));
+    }
     let sha256 = template::sha256_command("\"$f\"");
     Some(format!(
-        "f={path}; if [ -f \"$f\" ]; then \
+        "f={path}; if [ -f \"$f\" ]; then {runner}; \
          printf 'rigrun_sha256\\t%s\\n' \"$( ({sha256}) | cut -d' ' -f1)\"; fi\n\
          command -v gzip >/dev/null 2>&1 && printf 'rigrun_gzip\\tyes\\n'\n"
     ))
@@ -44,6 +52,8 @@ pub struct HostCopy {
     /// The sha256 of the host's copy; None when it has none.
     pub sha256: Option<String>,
     pub gzip: bool,
+    /// Whether the copy runs this rigrun's detached jobs (it speaks the same protocol).
+    pub runs_jobs: bool,
 }
 
 impl HostCopy {
@@ -56,6 +66,7 @@ impl HostCopy {
                     copy.sha256 = Some(sum.trim().to_string())
                 }
                 Some(("rigrun_gzip", "yes")) => copy.gzip = true,
+                Some(("rigrun_runner", said)) => copy.runs_jobs = said.trim() == job_runner::PROTOCOL,
                 _ => {}
             }
         }
@@ -72,22 +83,39 @@ fn shell_path(path: &str) -> String {
     }
 }
 
-/// The path `{{ rigrun }}` stands for on this host: this binary for a local host; for an SSH
-/// host, the copy in its workdir, sent first when the host lacks it (only when a step uses it).
-pub async fn path_on_host(
+/// The rigrun a host has: where `{{ rigrun }}` points, and whether it runs the host's
+/// detached jobs.
+pub struct OnHost {
+    pub path: String,
+    /// Whether `path` is a rigrun that runs this rigrun's jobs (`transport::job_runner`).
+    pub runs_jobs: bool,
+}
+
+/// The rigrun on this host: this binary for a local host; for an SSH host, the copy in its
+/// workdir, sent first when the host lacks it (only when a step uses it). The copy runs the
+/// host's jobs when the facts' round trip found it speaks this rigrun's job protocol, or when
+/// it is this very binary, sent now.
+pub async fn on_host(
     config: &Config,
     host: &str,
     ctx: &HostCtx,
     facts: &HostFacts,
     copy: &HostCopy,
-) -> Result<String> {
+) -> Result<OnHost> {
     let exe = std::env::current_exe().context("cannot find the running rigrun binary")?;
     if config.host(host).connection == Connection::Local {
-        return Ok(exe.display().to_string());
+        return Ok(OnHost {
+            path: exe.display().to_string(),
+            runs_jobs: job_runner::this_binary_runs_jobs(),
+        });
     }
     let dest = format!("{}/{REMOTE_RIGRUN}", ctx.workdir);
+    let kept = |path: String| OnHost {
+        path,
+        runs_jobs: copy.runs_jobs,
+    };
     if !config.playbook_uses("rigrun") {
-        return Ok(dest);
+        return Ok(kept(dest));
     }
     let arch = facts.arch.as_deref().unwrap_or("unknown");
     let named = config.host(host).rigrun_binary.as_deref();
@@ -95,7 +123,7 @@ pub async fn path_on_host(
         .await
         .map_err(|why| anyhow::anyhow!("the playbook runs {{{{ rigrun }}}} on {host} ({arch}): {why:#}"))?;
     if copy.sha256.as_deref() == Some(known.sha256.as_str()) {
-        return Ok(dest);
+        return Ok(kept(dest));
     }
     let sent = upload::send(ctx, &chosen.path, &known, copy.gzip, &dest).await?;
     tracing::info!(
@@ -105,7 +133,10 @@ pub async fn path_on_host(
         sent.bytes,
         if sent.compressed { " gzip-compressed" } else { "" }
     );
-    Ok(dest)
+    Ok(OnHost {
+        path: dest,
+        runs_jobs: chosen.from == choice::From::ThisRigrun,
+    })
 }
 
 /// The first candidate binary (see [`choice::candidates`]) that a host of `arch` and `libc`
@@ -168,7 +199,7 @@ pub(super) fn rigrun_does_not_run(host: &str, said: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{rigrun_does_not_run, shell_path, HostCopy};
+    use super::{job_runner, rigrun_does_not_run, shell_path, HostCopy};
 
     #[test]
     fn names_why_rigrun_does_not_run_on_a_host() {
@@ -196,7 +227,12 @@ mod tests {
         let copy = HostCopy::parse(out);
         assert_eq!(copy.sha256.as_deref(), Some("ab12"));
         assert!(copy.gzip);
+        assert!(!copy.runs_jobs, "no runner line: job.sh");
         assert_eq!(HostCopy::parse("rigrun_sha256\t\n"), HostCopy::default());
+        let runner = |said: &str| HostCopy::parse(&format!("rigrun_runner\t{said}\n")).runs_jobs;
+        assert!(runner(job_runner::PROTOCOL));
+        assert!(!runner(""), "a copy that does not know job-run");
+        assert!(!runner("rigrun-job-run 2"), "another protocol");
         assert_eq!(shell_path("~/w d/bin/rigrun"), "\"$HOME\"/'w d/bin/rigrun'");
         assert_eq!(shell_path("/srv/w"), "/srv/w");
     }

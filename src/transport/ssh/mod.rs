@@ -17,7 +17,7 @@ use openssh::Session;
 use openssh_sftp_client::Sftp;
 use tokio::sync::{Mutex, Semaphore};
 
-use super::channel::Channel;
+use super::channel::{Channel, Program};
 use super::login_noise::{self, LoginNoise};
 use super::wrapper::{self, Output, Stream};
 use super::Lost;
@@ -124,7 +124,9 @@ impl SshTransport {
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
     ) -> Result<i32> {
         let marker = wrapper::new_marker();
-        let channel = self.spawn(wrapper::WRAPPER, &[command, &marker]).await?;
+        let channel = self
+            .spawn(Program::Script(wrapper::WRAPPER), &[command, &marker])
+            .await?;
         let code = wrapper::finish(channel, &marker, on_output).await?;
         code.ok_or_else(|| {
             anyhow!(
@@ -135,10 +137,10 @@ impl SshTransport {
     }
 
     /// Starts `sh -c script rigrun args...` on the host over a new channel.
-    pub(crate) async fn spawn(&self, script: &str, args: &[&str]) -> Result<Channel> {
+    pub(crate) async fn spawn(&self, program: Program<'_>, args: &[&str]) -> Result<Channel> {
         let permit = self.permits.clone().acquire_owned().await?;
         let session = self.session().await?;
-        let child = Session::arc_raw_command(session, super::channel::sh_line(script, args))
+        let child = Session::arc_raw_command(session, program.line(args))
             .stdin(openssh::Stdio::piped())
             .stdout(openssh::Stdio::piped())
             .stderr(openssh::Stdio::piped())
