@@ -7,6 +7,8 @@
 #   - rigrun: $STEPS `shell:` steps, and a `run-sweep` of $STEPS points, on hosts that have
 #     rigrun's copy (any run that used `{{ rigrun }}` there leaves it: each job is then
 #     `rigrun job-run`); and the steps again on hosts without it (each job is then job.sh);
+#   - rigrun's steps again with the key exchange pyinfra negotiates (curve25519-sha256: paramiko
+#     has no post-quantum one), since at 16 hosts the connections' key exchanges weigh most;
 #   - pyinfra 3 and Ansible (ansible-core), installed from PyPI into a venv of their own
 #     ($VENV, kept between runs), each with its defaults, all hosts in parallel.
 # Every host is the same loopback sshd (bench/lib/sshd.sh), reached as the user below, with
@@ -78,6 +80,10 @@ for n in $HOSTS; do
   { echo "hosts:"; for i in $(seq "$n"); do host_entry "h$i"; done; } > "$WORK/hosts-$n.yaml"
   { echo "hosts:"; for i in $(seq "$n"); do HOST_WORKDIR=$HOST_WORKDIR-jobsh host_entry "h$i"; done; } \
     > "$WORK/hosts-jobsh-$n.yaml"
+  # The key exchange pyinfra's paramiko negotiates (it has no post-quantum one); OpenSSH's
+  # default, sntrup761x25519, costs each connection about twice the CPU on both ends.
+  { echo "hosts:"; for i in $(seq "$n"); do SSH_EXTRA="KexAlgorithms: curve25519-sha256" host_entry "h$i"; done; } \
+    > "$WORK/hosts-kex-$n.yaml"
   {
     echo "[bench]"
     for i in $(seq "$n"); do
@@ -137,6 +143,7 @@ rigrun_with() { "$1" run "$2" -i "$WORK/$3.yaml" --runs-dir "$WORK/runs" -q; }
 rigrun() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "hosts-$1"; }
 rigrun_sweep() { rigrun_with "${RIGRUNS[0]}" "$WORK/sweep.yaml" "hosts-$1"; }
 rigrun_jobsh() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "hosts-jobsh-$1"; }
+rigrun_kex() { rigrun_with "${RIGRUNS[0]}" "$WORK/steps.yaml" "hosts-kex-$1"; }
 rigrun_baseline() { rigrun_with "${RIGRUNS[1]}" "$WORK/steps.yaml" "hosts-$1"; }
 
 # rigrun's copy on the hosts (they share one workdir), as a run with `{{ rigrun }}` leaves it.
@@ -153,7 +160,7 @@ ansible() {
 COLUMNS_=()
 for t in $TOOLS; do
   COLUMNS_+=("$t")
-  [ "$t" = rigrun ] && COLUMNS_+=(rigrun_sweep rigrun_jobsh)
+  [ "$t" = rigrun ] && COLUMNS_+=(rigrun_sweep rigrun_jobsh rigrun_kex)
   [ "$t" = rigrun ] && [ ${#RIGRUNS[@]} -gt 1 ] && COLUMNS_+=(rigrun_baseline)
 done
 
@@ -191,6 +198,7 @@ hosts = sorted({n for _, n in times})
 names = {"raw": "raw `ssh` loop (ControlMaster)", "rigrun": "rigrun, shell steps",
          "rigrun_sweep": "rigrun, sweep points",
          "rigrun_jobsh": "rigrun, shell steps, host without rigrun's copy (job.sh)",
+         "rigrun_kex": "rigrun, shell steps, pyinfra's key exchange (curve25519)",
          "rigrun_baseline": "rigrun at BASELINE_REV",
          "pyinfra": "pyinfra", "ansible": "Ansible"}
 def median(tool, n):

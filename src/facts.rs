@@ -192,20 +192,23 @@ pub const START: &str = "__rigrun_facts__";
 /// for its key.
 pub const COMMAND: &str = r#"printf '%s\n' __rigrun_facts__
 printf 'home\t%s\n' "$HOME"
-printf 'hostname\t%s\n' "$(uname -n)"
-printf 'kernel\t%s\n' "$(uname -sr)"
-printf 'arch\t%s\n' "$(uname -m)"
+u=$(uname -snrm); s=${u%% *}; u=${u#* }; n=${u%% *}; u=${u#* }; r=${u%% *}; m=${u##* }
+printf 'hostname\t%s\n' "$n"
+printf 'kernel\t%s %s\n' "$s" "$r"
+printf 'arch\t%s\n' "$m"
 libc=$(getconf GNU_LIBC_VERSION 2>/dev/null) || libc=$(ldd --version 2>&1 | head -n1)
 [ -n "$libc" ] && printf 'libc\t%s\n' "$libc"
-[ -r /proc/sys/kernel/random/boot_id ] && printf 'boot_id\t%s\n' "$(cat /proc/sys/kernel/random/boot_id)"
+[ -r /proc/sys/kernel/random/boot_id ] && read -r b < /proc/sys/kernel/random/boot_id && printf 'boot_id\t%s\n' "$b"
 if [ -r /etc/os-release ]; then
   os=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-$NAME}")
   [ -n "$os" ] && printf 'os\t%s\n' "$os"
 fi
-cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2-)
+cpu=; [ -r /proc/cpuinfo ] && while IFS= read -r l; do
+  case $l in 'model name'*) cpu=${l#*:}; break;; '') break;; esac
+done < /proc/cpuinfo
 [ -n "$cpu" ] && printf 'cpu\t%s\n' "$(echo $cpu)"
 printf 'cpus\t%s\n' "$(getconf _NPROCESSORS_ONLN 2>/dev/null)"
-mem=$(grep -m1 MemTotal /proc/meminfo 2>/dev/null | tr -s ' ' | cut -d' ' -f2)
+mem=; [ -r /proc/meminfo ] && read -r _ mem _ < /proc/meminfo
 [ -n "$mem" ] && printf 'memory_kib\t%s\n' "$mem"
 if command -v nvidia-smi >/dev/null 2>&1; then
   if q=$(nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv,noheader 2>&1); then

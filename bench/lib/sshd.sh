@@ -31,7 +31,8 @@ USER_NAME=$(id -un)
 SSH_OPTS=(-o "UserKnownHostsFile=$WORK/known_hosts" -o GlobalKnownHostsFile=/dev/null -o BatchMode=yes
   -o IdentitiesOnly=yes -i "$WORK/client_key")
 
-# The inventory entry (indented for `hosts:`) of one host reaching that sshd.
+# The inventory entry (indented for `hosts:`) of one host reaching that sshd; $SSH_EXTRA adds
+# `Key: value` entries to its ssh_options.
 host_entry() {
   cat <<YAML
   $1:
@@ -40,6 +41,6 @@ host_entry() {
     user: $USER_NAME
     identity_file: $WORK/client_key
     workdir: ${HOST_WORKDIR:-$WORK/work}
-    ssh_options: {UserKnownHostsFile: $WORK/known_hosts, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: "yes"}
+    ssh_options: {UserKnownHostsFile: $WORK/known_hosts, GlobalKnownHostsFile: /dev/null, IdentitiesOnly: "yes"${SSH_EXTRA:+, $SSH_EXTRA}}
 YAML
 }

@@ -22,11 +22,12 @@ pub async fn preference(config_args: &[String], address: &str) -> Option<String>
         return None;
     }
     static DEFAULT: OnceCell<Option<String>> = OnceCell::const_new();
-    let default = DEFAULT
-        .get_or_init(|| ciphers_of(&["-F", "/dev/null"], "rigrun-default"))
-        .await
-        .as_deref()?;
-    let effective = ciphers_of(config_args, address).await?;
+    // Both queries at once: each is an `ssh` process on the connection's path.
+    let (default, effective) = tokio::join!(
+        DEFAULT.get_or_init(|| ciphers_of(&["-F", "/dev/null"], "rigrun-default")),
+        ciphers_of(config_args, address)
+    );
+    let (default, effective) = (default.as_deref()?, effective?);
     if effective != default {
         tracing::debug!("keeping the configured ciphers for {address}: {effective}");
         return None;

@@ -140,9 +140,11 @@ const PROBE: &str = r#"printf '%s\n' "$1"; printf '%s\n' "$1" >&2
 read up _ < /proc/uptime 2>/dev/null
 p=$$; n=0; start=
 while [ "$n" -lt 16 ] && [ -r "/proc/$p/stat" ]; do
-  s=$(sed 's/^.*) //' "/proc/$p/stat"); set -- $s
-  start=${20}; pp=$2
-  case $(cat "/proc/$pp/comm" 2>/dev/null) in sshd*) break ;; esac
+  read -r s < "/proc/$p/stat" || break
+  set -- ${s##*) }
+  start=${20}; pp=$2; comm=
+  [ -r "/proc/$pp/comm" ] && read -r comm < "/proc/$pp/comm"
+  case $comm in sshd*) break ;; esac
   p=$pp; n=$((n+1))
 done
 printf 'uptime %s\nstart %s\nhz %s\n' "$up" "$start" "$(getconf CLK_TCK 2>/dev/null)""#;
