@@ -123,8 +123,8 @@ impl HostJob {
         let rigrun = rigrun_binary::on_host(config, &self.host, &ctx, &facts, &copy)
             .await
             .map_err(fail("upload rigrun"))?;
-        if rigrun.runs_jobs {
-            ctx.transport.use_job_runner(&rigrun.path);
+        if let Some(runner) = &rigrun.job_runner {
+            ctx.transport.use_job_runner(runner);
         }
         let builtins = Builtins {
             run_id: self.run_id.clone(),

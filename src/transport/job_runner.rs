@@ -30,14 +30,23 @@ const JOB: &str = include_str!("job.sh");
 /// through it (in a library's tests, the running binary is the test harness).
 static THIS_BINARY: AtomicBool = AtomicBool::new(false);
 
-/// Says that the running binary is rigrun itself (see [`this_binary_runs_jobs`]).
+/// Says that the running binary is rigrun itself (see [`this_binary`]).
 pub fn mark_this_binary() {
     THIS_BINARY.store(true, Ordering::Relaxed);
 }
 
-/// Whether the running binary can run jobs as `job-run`.
-pub fn this_binary_runs_jobs() -> bool {
-    THIS_BINARY.load(Ordering::Relaxed)
+/// The path that runs this very binary's `job-run` on this machine, when the running binary is
+/// rigrun: `/proc/self/exe`, which stays this binary even when a build has replaced its file
+/// since it started (its path would then run another rigrun, or nothing).
+#[cfg(target_os = "linux")]
+pub fn this_binary() -> Option<&'static str> {
+    THIS_BINARY.load(Ordering::Relaxed).then_some("/proc/self/exe")
+}
+
+/// None elsewhere: job.sh runs a local host's jobs.
+#[cfg(not(target_os = "linux"))]
+pub fn this_binary() -> Option<&'static str> {
+    None
 }
 /// The shell that runs the command (and job.sh): by its path, not searched for along `PATH`.
 const SH: &str = "/bin/sh";

@@ -83,12 +83,11 @@ fn shell_path(path: &str) -> String {
     }
 }
 
-/// The rigrun a host has: where `{{ rigrun }}` points, and whether it runs the host's
-/// detached jobs.
+/// The rigrun a host has: where `{{ rigrun }}` points, and what runs the host's detached jobs.
 pub struct OnHost {
     pub path: String,
-    /// Whether `path` is a rigrun that runs this rigrun's jobs (`transport::job_runner`).
-    pub runs_jobs: bool,
+    /// A rigrun that runs this rigrun's jobs (`transport::job_runner`); None: job.sh does.
+    pub job_runner: Option<String>,
 }
 
 /// The rigrun on this host: this binary for a local host; for an SSH host, the copy in its
@@ -106,13 +105,13 @@ pub async fn on_host(
     if config.host(host).connection == Connection::Local {
         return Ok(OnHost {
             path: exe.display().to_string(),
-            runs_jobs: job_runner::this_binary_runs_jobs(),
+            job_runner: job_runner::this_binary().map(String::from),
         });
     }
     let dest = format!("{}/{REMOTE_RIGRUN}", ctx.workdir);
     let kept = |path: String| OnHost {
+        job_runner: copy.runs_jobs.then(|| path.clone()),
         path,
-        runs_jobs: copy.runs_jobs,
     };
     if !config.playbook_uses("rigrun") {
         return Ok(kept(dest));
@@ -134,8 +133,8 @@ pub async fn on_host(
         if sent.compressed { " gzip-compressed" } else { "" }
     );
     Ok(OnHost {
+        job_runner: (chosen.from == choice::From::ThisRigrun).then(|| dest.clone()),
         path: dest,
-        runs_jobs: chosen.from == choice::From::ThisRigrun,
     })
 }
 
