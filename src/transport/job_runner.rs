@@ -126,41 +126,39 @@ impl JobArgs {
     fn run(&self) {
         say(1, &format!("{}:start\n", self.marker));
         say(2, &format!("{}:start\n", self.marker));
-        let ending = self.start_and_wait();
+        let supervisor = match self.start() {
+            Ok(pid) => pid,
+            Err(ending) => return self.finish(&ending),
+        };
+        listen(self.clone(), supervisor);
+        wait_for(supervisor);
+        // From here no stop starts, and one under way is finished first; the supervisor stays
+        // unreaped until this process exits, so its pid is no one else's meanwhile.
         let _no_stop_after = STOPPING.lock();
-        self.finish(&ending);
+        self.finish(&self.outcome());
     }
 
-    /// The job started and waited for: the end marker's trailer.
-    fn start_and_wait(&self) -> String {
-        if let Err(why) = self.lease_up() {
-            return self.unwritable(&why);
-        }
+    /// Starts the job: its files, then the supervisor (its pid); Err: the end marker's trailer
+    /// when nothing could start.
+    fn start(&self) -> Result<i32, String> {
+        self.lease_up().map_err(|why| self.unwritable(&why))?;
         let created = File::create(self.file("out"))
             .and_then(|_| File::create(self.file("err")))
             .and_then(|_| std::fs::write(self.file("boot"), format!("{}\n", self.boot)));
         if created.is_err() {
-            return self.unwritable(&format!("cannot write in {}", self.dir.display()));
+            return Err(self.unwritable(&format!("cannot write in {}", self.dir.display())));
         }
         // SAFETY: this process has one thread here (rigrun dispatches `job-run` before any
         // runtime starts), so the child may go on as a normal process.
-        let supervisor = match unsafe { libc::fork() } {
-            -1 => return format!("error cannot fork: {}", std::io::Error::last_os_error()),
+        match unsafe { libc::fork() } {
+            -1 => Err(format!("error cannot fork: {}", std::io::Error::last_os_error())),
             0 => {
                 let code = supervise(self);
                 // SAFETY: ends the forked child without running the parent's exit handlers.
                 unsafe { libc::_exit(code) }
             }
-            pid => pid,
-        };
-        listen(self.clone(), supervisor);
-        wait_for(supervisor);
-        // The supervisor stays unreaped (its pid not reused) until a stop under way is done.
-        let held = STOPPING.lock();
-        let outcome = self.outcome();
-        drop(held);
-        reap(supervisor);
-        outcome
+            pid => Ok(pid),
+        }
     }
 
     /// The run's folder, its lease renewed, and its watchdog running (job.sh's `lease_up`).
@@ -449,7 +447,7 @@ fn say(fd: RawFd, text: &str) {
     write_fd(fd, text.as_bytes());
 }
 
-/// Waits for the supervisor to exit, leaving it unreaped (see [`reap`]).
+/// Waits for the supervisor to exit, leaving it unreaped (its pid stays its own).
 fn wait_for(pid: i32) {
     // SAFETY: an all-zero siginfo_t is a valid out value; waits for our own child.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -459,13 +457,6 @@ fn wait_for(pid: i32) {
             return;
         }
     }
-}
-
-/// Reaps the exited supervisor.
-fn reap(pid: i32) {
-    let mut status = 0;
-    // SAFETY: reaps our own exited child; `status` is a valid out pointer.
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
 }
 
 /// The first line of a file, trimmed; None when it is missing or empty (the shell's `[ -s ]`).

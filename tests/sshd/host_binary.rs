@@ -121,9 +121,10 @@ fn sent_compressed_once_then_not_again_while_the_hosts_copy_is_the_same() {
     drop(sshd);
 }
 
-/// `uname -m` on the host says aarch64; `uname` otherwise as it is.
-const AARCH64_UNAME: &str =
-    "#!/bin/sh\nif [ \"$1\" = -m ]; then echo aarch64; else exec /usr/bin/uname \"$@\"; fi\n";
+/// `uname` on the host says its machine is aarch64 (`-m`, and last in the facts' `-snrm`); it
+/// says the rest as it is.
+const AARCH64_UNAME: &str = "#!/bin/sh\ncase $1 in\n-m) echo aarch64;;\n\
+     -snrm) echo \"$(/usr/bin/uname -snr) aarch64\";;\n*) exec /usr/bin/uname \"$@\";;\nesac\n";
 
 #[test]
 fn a_host_of_another_cpu_gets_the_command_that_builds_its_rigrun_and_nothing_is_sent() {
