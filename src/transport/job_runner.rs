@@ -168,19 +168,35 @@ impl JobArgs {
             .map_err(|_| format!("cannot write in {}", self.dir.display()))?;
         let _ = std::fs::remove_file(self.dir.join("done"));
         if !self.watchdog_alive() {
-            // job.sh's `lease` starts the watchdog (once per run: the first job finds none).
-            let _ = Command::new(SH)
-                .arg("-c")
-                .arg(JOB)
-                .arg("rigrun")
-                .args(["lease", &self.dir.display().to_string(), "-", "-", "keep"])
-                .args(["0", "0", "-", &self.lease])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            self.start_watchdog()?;
         }
         Ok(())
+    }
+
+    /// Has job.sh's `lease` start the run's watchdog (once per run: the first job finds none);
+    /// Err: why it could not (no `setsid` on the host: without a watchdog no job may start).
+    fn start_watchdog(&self) -> Result<(), String> {
+        const MARKER: &str = "__rigrun_lease__";
+        let done = Command::new(SH)
+            .arg("-c")
+            .arg(JOB)
+            .arg("rigrun")
+            .args(["lease", &self.dir.display().to_string(), "-", MARKER, "keep"])
+            .args(["0", "0", "-", &self.lease])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("cannot run {SH}: {e}"))?;
+        let said = String::from_utf8_lossy(&done.stderr);
+        let trailer = said
+            .lines()
+            .find_map(|line| line.strip_prefix(MARKER)?.strip_prefix(":end "))
+            .unwrap_or("no answer from job.sh lease");
+        match trailer.split_once(' ').map_or(trailer, |(first, _)| first) {
+            "0" => Ok(()),
+            _ => Err(trailer.strip_prefix("error ").unwrap_or(trailer).to_string()),
+        }
     }
 
     /// Whether the run's watchdog runs: its pid is alive and was written in this boot.

@@ -20,7 +20,7 @@ const JOB_SH: &str = include_str!("../../src/transport/job.sh");
 
 /// `job.sh`, its arguments still to add.
 fn job_sh() -> Command {
-    let mut command = Command::new("sh");
+    let mut command = Command::new("/bin/sh");
     command.args(["-c", JOB_SH, "rigrun"]);
     command
 }
@@ -293,4 +293,28 @@ fn the_runner_says_its_protocol_and_refuses_other_arguments() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Without a watchdog no job starts: on a host whose `setsid` is missing (job.sh starts the
+/// watchdog with it) the runner says so, as job.sh itself does, and runs nothing.
+#[test]
+fn without_setsid_for_the_watchdog_no_job_starts_and_the_cause_is_said() {
+    for starter in STARTERS {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs").display().to_string();
+        let ran = dir.path().join("ran");
+        let command = format!("touch {}", ran.display());
+        let args = ["run", &jobs, "j7", "M", "keep", "0", "0", &command, "60"];
+        let mut runner = match starter {
+            Starter::JobSh => job_sh(),
+            Starter::Rigrun => job_runner(),
+        };
+        let out = runner.args(args).env("PATH", "/nonexistent").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("M:end error setsid (util-linux) is not installed on the host"),
+            "{starter:?}: {stderr}"
+        );
+        assert!(!ran.exists(), "{starter:?}: the command ran without a watchdog");
+    }
 }
