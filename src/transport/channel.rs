@@ -136,43 +136,31 @@ pub(crate) enum Program<'a> {
 }
 
 impl Program<'_> {
+    /// The words it starts with, the program first.
+    fn words(&self) -> Vec<&str> {
+        match self {
+            Program::Script(script) => vec!["sh", "-c", script, "rigrun"],
+            Program::JobRunner(path) => vec![path, super::job_runner::SUBCOMMAND],
+        }
+    }
+
     /// The command that runs it on this machine (the arguments still to add).
     fn command(&self) -> tokio::process::Command {
-        match self {
-            Program::Script(script) => {
-                let mut command = tokio::process::Command::new("sh");
-                command.arg("-c").arg(script).arg("rigrun");
-                command
-            }
-            Program::JobRunner(path) => {
-                let mut command = tokio::process::Command::new(path);
-                command.arg(super::job_runner::SUBCOMMAND);
-                command
-            }
-        }
+        let words = self.words();
+        let mut command = tokio::process::Command::new(words[0]);
+        command.args(&words[1..]);
+        command
     }
 
     /// What it is called in an error.
     fn name(&self) -> &str {
-        match self {
-            Program::Script(_) => "sh",
-            Program::JobRunner(path) => path,
-        }
+        self.words()[0]
     }
 
-    /// The command line that runs it with `args` through a login shell (SSH).
+    /// The command line that runs it with `args` through a login shell (SSH), every word quoted.
     pub(crate) fn line(&self, args: &[&str]) -> String {
-        let mut line = match self {
-            Program::Script(script) => format!("sh -c {} rigrun", shell_quote(script)),
-            Program::JobRunner(path) => {
-                format!("{} {}", shell_quote(path), super::job_runner::SUBCOMMAND)
-            }
-        };
-        for arg in args {
-            line.push(' ');
-            line.push_str(&shell_quote(arg));
-        }
-        line
+        let words = self.words().into_iter().chain(args.iter().copied());
+        words.map(shell_quote).collect::<Vec<_>>().join(" ")
     }
 }
 

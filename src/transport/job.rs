@@ -125,7 +125,7 @@ impl Transport {
     }
 
     /// Has jobs started by `path`, the host's copy of this rigrun (`rigrun job-run`), instead
-    /// of `job.sh`: one process and a fork on the host per job instead of seven processes.
+    /// of `job.sh`: per job 2 execs and 2 forks on the host instead of 5 and 8.
     pub fn use_job_runner(&self, path: &str) {
         let _ = self.jobs.runner.set(path.to_string());
     }

@@ -48,6 +48,7 @@ pub fn this_binary() -> Option<&'static str> {
 pub fn this_binary() -> Option<&'static str> {
     None
 }
+
 /// The shell that runs the command (and job.sh): by its path, not searched for along `PATH`.
 const SH: &str = "/bin/sh";
 /// How long a stop waits for the job's processes after TERM before it sends KILL (job.sh's).
@@ -153,9 +154,9 @@ impl JobArgs {
         match unsafe { libc::fork() } {
             -1 => Err(format!("error cannot fork: {}", std::io::Error::last_os_error())),
             0 => {
-                let code = supervise(self);
+                supervise(self);
                 // SAFETY: ends the forked child without running the parent's exit handlers.
-                unsafe { libc::_exit(code) }
+                unsafe { libc::_exit(0) }
             }
             pid => Ok(pid),
         }
@@ -287,8 +288,9 @@ fn listen(job: JobArgs, supervisor: i32) {
 
 /// The supervisor, in the forked child: the job's own session (its pid is the process group
 /// job.sh and the watchdog signal), the command run in it, its output copied to the job's files
-/// and, while the channel lasts, to it. Returns the child's exit status.
-fn supervise(job: &JobArgs) -> i32 {
+/// and, while the channel lasts, to it; the exit status in `.rc`. Nothing starts when the pid
+/// and the status's room cannot be written.
+fn supervise(job: &JobArgs) {
     // SAFETY: setsid only changes this process's session; it fails only for a group leader,
     // which a forked child is not.
     unsafe { libc::setsid() };
@@ -304,7 +306,7 @@ fn supervise(job: &JobArgs) -> i32 {
     let roomed = std::fs::write(job.file("pid"), format!("{pid}\n"))
         .and_then(|()| std::fs::write(job.file("end"), end_room));
     if roomed.is_err() {
-        return 0;
+        return;
     }
     let child = Command::new(SH)
         .arg("-c")
@@ -319,11 +321,11 @@ fn supervise(job: &JobArgs) -> i32 {
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "rigrun: cannot start sh on the host: {e}");
             keep_status(job, 127);
-            return 0;
+            return;
         }
     };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return 0;
+        return;
     };
     let mut status_kept = false;
     let mut copies = [
@@ -349,7 +351,6 @@ fn supervise(job: &JobArgs) -> i32 {
             keep_status(job, exit_code(status));
         }
     }
-    0
 }
 
 /// The command's exit code as `sh` says it: its code, or 128 + the signal that ended it.
@@ -366,7 +367,6 @@ fn keep_status(job: &JobArgs, code: i32) {
     if std::fs::write(job.file("rc"), &text).is_ok() {
         return;
     }
-    let _ = std::fs::remove_file(job.file("rc"));
     let in_room = OpenOptions::new()
         .write(true)
         .open(job.file("end"))

@@ -18,13 +18,6 @@ use crate::common::wait_for;
 const RIGRUN: &str = env!("CARGO_BIN_EXE_rigrun");
 const JOB_SH: &str = include_str!("../../src/transport/job.sh");
 
-/// `job.sh`, its arguments still to add.
-fn job_sh() -> Command {
-    let mut command = Command::new("/bin/sh");
-    command.args(["-c", JOB_SH, "rigrun"]);
-    command
-}
-
 /// `rigrun job-run`, its arguments still to add.
 fn job_runner() -> Command {
     let mut command = Command::new(RIGRUN);
@@ -40,6 +33,20 @@ enum Starter {
 }
 
 const STARTERS: [Starter; 2] = [Starter::JobSh, Starter::Rigrun];
+
+impl Starter {
+    /// What the host runs to start a job, its arguments still to add.
+    fn command(self) -> Command {
+        match self {
+            Starter::JobSh => {
+                let mut command = Command::new("/bin/sh");
+                command.args(["-c", JOB_SH, "rigrun"]);
+                command
+            }
+            Starter::Rigrun => job_runner(),
+        }
+    }
+}
 
 /// A local transport whose jobs live in `dir/jobs` and are started by `starter`.
 async fn local(dir: &Path, starter: Starter) -> Arc<Transport> {
@@ -242,11 +249,8 @@ fn outlives_its_channel(starter: Starter) {
     );
     let jobs_arg = jobs.display().to_string();
     let args = ["run", &jobs_arg, "j5", "M", "keep", "0", "0", &command, "60"];
-    let mut runner = match starter {
-        Starter::JobSh => job_sh(),
-        Starter::Rigrun => job_runner(),
-    };
-    let mut runner = runner
+    let mut runner = starter
+        .command()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -305,11 +309,12 @@ fn without_setsid_for_the_watchdog_no_job_starts_and_the_cause_is_said() {
         let ran = dir.path().join("ran");
         let command = format!("touch {}", ran.display());
         let args = ["run", &jobs, "j7", "M", "keep", "0", "0", &command, "60"];
-        let mut runner = match starter {
-            Starter::JobSh => job_sh(),
-            Starter::Rigrun => job_runner(),
-        };
-        let out = runner.args(args).env("PATH", "/nonexistent").output().unwrap();
+        let out = starter
+            .command()
+            .args(args)
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains("M:end error setsid (util-linux) is not installed on the host"),
