@@ -102,6 +102,13 @@ pub(crate) const CONNECT: &str = "connect";
 type OpenTransports = Arc<Mutex<Vec<Arc<Transport>>>>;
 
 pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> Result<RunOutcome> {
+    if config
+        .hosts
+        .iter()
+        .any(|h| config.host(h).connection == crate::config::Connection::Ssh)
+    {
+        crate::transport::cipher::warm_up();
+    }
     let (run_dir, run_id, mut work, first) = begin(&config, opts.start)?;
     let run_path = run_dir.path.clone();
     let boot_ids = host::boot_ids(&run_dir.manifest);
@@ -158,9 +165,12 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
         .lock()
         .map(|mut v| std::mem::take(&mut *v))
         .unwrap_or_default();
-    for transport in transports {
-        transport.close().await;
-    }
+    // All at once: each close is a round trip to its host (the jobs' close), and one after
+    // another they added up to 140 ms at 16 hosts after the last host finished.
+    futures_util::future::join_all(transports.iter().map(|t| t.close())).await;
+    // Gone before the run's end is sent: a transport holds a sender of events (its reboot
+    // watch), and the store ends once every sender is.
+    drop(transports);
     let _ = tx.send(Event::RunFinished { status });
     drop(tx);
     let run_dir = store

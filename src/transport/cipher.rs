@@ -4,16 +4,23 @@
 //! 1.7–2.4 s with AES-GCM), which is what a fetch of big result files spends its time on.
 //!
 //! rigrun only reorders: when this CPU has AES and carry-less multiply, the inventory sets no
-//! `Ciphers`, and `ssh -G` shows the configuration leaves OpenSSH's default list untouched, the
-//! AES-GCM entries of that same list go first. A list the user chose (`~/.ssh/config`,
+//! `Ciphers`, and the configuration leaves OpenSSH's default list untouched, the AES-GCM
+//! entries of that same list go first. A list the user chose (`~/.ssh/config`,
 //! `/etc/ssh/ssh_config`, `ssh_options`) is used as it is.
+//!
+//! Whether the configuration chose one is read from the files themselves when none of them
+//! (nor a file they include) has a `Ciphers` line, and asked of `ssh -G` otherwise: an `ssh`
+//! process per host, on the connection's path, only where a file could change the answer.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
 /// `ssh -G` only reads configuration; anything slower is stuck (a `Match exec` that hangs).
 const QUERY_DEADLINE: Duration = Duration::from_secs(5);
+/// How deep `Include`s are followed (ssh's own limit).
+const INCLUDE_DEPTH: usize = 16;
 
 /// The `-o Ciphers=…` option to add for a host reached with `config_args` (ssh's options, no
 /// master flags) at `address`, or none to leave ssh's choice alone.
@@ -21,18 +28,165 @@ pub async fn preference(config_args: &[String], address: &str) -> Option<String>
     if !has_aes_instructions() {
         return None;
     }
+    let effective = if configuration_may_set_ciphers(config_args, &ConfigFiles::of_this_user()) {
+        // Both queries at once: each is an `ssh` process on the connection's path.
+        let (default, effective) = tokio::join!(default_ciphers(), ciphers_of(config_args, address));
+        let (default, effective) = (default?, effective?);
+        if effective != default {
+            tracing::debug!("keeping the configured ciphers for {address}: {effective}");
+            return None;
+        }
+        effective
+    } else {
+        default_ciphers().await?
+    };
+    gcm_first(&effective).map(|list| format!("Ciphers={list}"))
+}
+
+/// Starts asking `ssh` its default cipher list (once per process) while the run gets ready, so
+/// that the first connection need not wait for it.
+pub fn warm_up() {
+    if has_aes_instructions() {
+        tokio::spawn(default_ciphers());
+    }
+}
+
+/// OpenSSH's default cipher list, as this `ssh` has it (no configuration read).
+async fn default_ciphers() -> Option<String> {
     static DEFAULT: OnceCell<Option<String>> = OnceCell::const_new();
-    // Both queries at once: each is an `ssh` process on the connection's path.
-    let (default, effective) = tokio::join!(
-        DEFAULT.get_or_init(|| ciphers_of(&["-F", "/dev/null"], "rigrun-default")),
-        ciphers_of(config_args, address)
-    );
-    let (default, effective) = (default.as_deref()?, effective?);
-    if effective != default {
-        tracing::debug!("keeping the configured ciphers for {address}: {effective}");
+    DEFAULT
+        .get_or_init(|| ciphers_of(&["-F", "/dev/null"], "rigrun-default"))
+        .await
+        .clone()
+}
+
+/// The configuration files `ssh` reads, with the folders their relative `Include`s start from.
+struct ConfigFiles {
+    /// `~/.ssh/config`, relative to `~/.ssh`; none without a home.
+    user: Option<(PathBuf, PathBuf)>,
+    /// `/etc/ssh/ssh_config`, relative to `/etc/ssh`.
+    system: (PathBuf, PathBuf),
+    home: Option<PathBuf>,
+}
+
+impl ConfigFiles {
+    fn of_this_user() -> ConfigFiles {
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        ConfigFiles::with(home, Path::new("/etc/ssh"))
+    }
+
+    fn with(home: Option<PathBuf>, etc_ssh: &Path) -> ConfigFiles {
+        ConfigFiles {
+            user: home.as_ref().map(|h| (h.join(".ssh/config"), h.join(".ssh"))),
+            system: (etc_ssh.join("ssh_config"), etc_ssh.to_path_buf()),
+            home,
+        }
+    }
+}
+
+/// Whether ssh's configuration for these options could set `Ciphers`: an option that sets it
+/// (or names another file), or a `Ciphers` line in the files or a file they include; an
+/// `Include` this cannot follow (a token, a variable, a quote) counts as one.
+fn configuration_may_set_ciphers(config_args: &[String], files: &ConfigFiles) -> bool {
+    let lower = |a: &String| a.to_ascii_lowercase();
+    if config_args
+        .iter()
+        .map(lower)
+        .any(|a| a.starts_with("ciphers") || a.starts_with("include") || a == "-f")
+    {
+        return true;
+    }
+    files
+        .user
+        .iter()
+        .chain([&files.system])
+        .any(|(file, base)| file_may_set_ciphers(file, base, files.home.as_deref(), 0))
+}
+
+/// Whether `file` (missing: no) has a `Ciphers` line or includes a file that may; `base` is
+/// where its relative `Include`s start.
+fn file_may_set_ciphers(file: &Path, base: &Path, home: Option<&Path>, depth: usize) -> bool {
+    let Ok(bytes) = std::fs::read(file) else {
+        return false;
+    };
+    if depth > INCLUDE_DEPTH {
+        return true;
+    }
+    String::from_utf8_lossy(&bytes).lines().any(|line| {
+        let line = line.trim();
+        let end = line
+            .find(|c: char| c.is_whitespace() || c == '=')
+            .unwrap_or(line.len());
+        let (keyword, rest) = line.split_at(end);
+        if keyword.eq_ignore_ascii_case("ciphers") {
+            return true;
+        }
+        if !keyword.eq_ignore_ascii_case("include") {
+            return false;
+        }
+        let rest = rest.trim_start().trim_start_matches('=');
+        rest.split_whitespace()
+            .any(|pattern| match included(pattern, base, home) {
+                Some(found) => found
+                    .iter()
+                    .any(|f| file_may_set_ciphers(f, base, home, depth + 1)),
+                None => true,
+            })
+    })
+}
+
+/// The files an `Include` pattern names (a wildcard only in its last part), or none when this
+/// cannot tell (tokens, variables, quotes, other wildcards).
+fn included(pattern: &str, base: &Path, home: Option<&Path>) -> Option<Vec<PathBuf>> {
+    if pattern.contains(['%', '$', '"', '\\', '[', '`']) {
         return None;
     }
-    gcm_first(&effective).map(|list| format!("Ciphers={list}"))
+    let path = match pattern.strip_prefix("~/") {
+        Some(rest) => home?.join(rest),
+        None if pattern.starts_with('~') => return None,
+        None => base.join(pattern),
+    };
+    let name = path.file_name()?.to_str()?;
+    let dir = path.parent()?;
+    if dir.to_str()?.contains(['*', '?']) {
+        return None;
+    }
+    if !name.contains(['*', '?']) {
+        return Some(vec![path.clone()]);
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Some(Vec::new());
+    };
+    Some(
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard_match(name, n)))
+            .map(|e| e.path())
+            .collect(),
+    )
+}
+
+/// Whether `name` matches `pattern`, where `*` is any run of characters and `?` any one.
+fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The last `*` seen and where in `name` it started matching, to backtrack to.
+    let (mut i, mut j, mut star) = (0, 0, None::<(usize, usize)>);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            (i, j) = (i + 1, j + 1);
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            star = Some((si, sj + 1));
+            (i, j) = (si + 1, sj + 1);
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
 }
 
 /// The list with its AES-GCM ciphers moved to the front (their order and the others' kept), or
@@ -103,6 +257,101 @@ mod tests {
             None
         );
         assert_eq!(gcm_first("chacha20-poly1305@openssh.com,aes128-ctr"), None);
+    }
+
+    /// A home and an /etc/ssh of the test's own, with these files in them.
+    fn files_with(entries: &[(&str, &str)]) -> (tempfile::TempDir, ConfigFiles) {
+        let tmp = tempfile::tempdir().unwrap();
+        for (path, text) in entries {
+            let path = tmp.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let files = ConfigFiles::with(Some(tmp.path().join("home")), &tmp.path().join("etc"));
+        (tmp, files)
+    }
+
+    #[test]
+    fn files_without_a_ciphers_line_leave_the_default() {
+        let (_tmp, files) = files_with(&[
+            (
+                "home/.ssh/config",
+                "Host gpu\n  User bench\n# Ciphers aes128-ctr\n",
+            ),
+            (
+                "etc/ssh_config",
+                "Include /nonexistent/*.conf\nInclude conf.d/*.conf\n",
+            ),
+            ("etc/conf.d/a.conf", "SendEnv LANG\n"),
+        ]);
+        assert!(!configuration_may_set_ciphers(&[], &files));
+        assert!(!configuration_may_set_ciphers(
+            &[],
+            &ConfigFiles::with(None, Path::new("/nonexistent"))
+        ));
+    }
+
+    #[test]
+    fn a_ciphers_line_anywhere_ssh_reads_counts() {
+        let cases: [&[(&str, &str)]; 5] = [
+            &[("home/.ssh/config", "Host gpu\n  ciphers=aes128-ctr\n")],
+            &[("etc/ssh_config", "Match exec true\n\tCiphers aes256-ctr\n")],
+            // Through an Include relative to /etc/ssh, with a wildcard, as Debian's is.
+            &[
+                ("etc/ssh_config", "Include conf.d/*.conf\n"),
+                ("etc/conf.d/10-a.conf", "SendEnv LANG\n"),
+                ("etc/conf.d/20-b.conf", "Host *\n  Ciphers aes128-ctr\n"),
+            ],
+            // Relative to ~/.ssh, and through `~/`.
+            &[
+                ("home/.ssh/config", "Include extra\n"),
+                ("home/.ssh/extra", "Ciphers aes128-ctr\n"),
+            ],
+            &[
+                ("home/.ssh/config", "Include = ~/more/b?\n"),
+                ("home/more/b1", "Ciphers aes128-ctr\n"),
+            ],
+        ];
+        for entries in cases {
+            let (_tmp, files) = files_with(entries);
+            assert!(configuration_may_set_ciphers(&[], &files), "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_followed_or_is_set_on_the_command_line_counts() {
+        for include in [
+            "Include %d/x",
+            "Include ${HOME}/x",
+            "Include \"a b\"",
+            "Include ~other/x",
+            "Include */x",
+        ] {
+            let (_tmp, files) = files_with(&[("home/.ssh/config", include)]);
+            assert!(configuration_may_set_ciphers(&[], &files), "{include}");
+        }
+        let (_tmp, files) = files_with(&[]);
+        let option = |o: &str| vec!["-o".to_string(), o.to_string()];
+        assert!(configuration_may_set_ciphers(
+            &option("Ciphers=aes128-ctr"),
+            &files
+        ));
+        assert!(configuration_may_set_ciphers(&option("Include=/x"), &files));
+        assert!(!configuration_may_set_ciphers(&option("Port=2222"), &files));
+        // A file that includes itself is not followed for ever.
+        let (_tmp, files) = files_with(&[("home/.ssh/config", "Include config\n")]);
+        assert!(configuration_may_set_ciphers(&[], &files));
+    }
+
+    #[test]
+    fn wildcards_match_as_globs_do() {
+        assert!(wildcard_match("*.conf", "a.conf"));
+        assert!(wildcard_match("*.conf", ".conf"));
+        assert!(wildcard_match("a*b*c", "aXbYbc"));
+        assert!(wildcard_match("b?", "b1"));
+        assert!(!wildcard_match("b?", "b12"));
+        assert!(!wildcard_match("*.conf", "a.conf.bak"));
+        assert!(wildcard_match("*", ""));
     }
 
     #[tokio::test]

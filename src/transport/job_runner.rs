@@ -5,7 +5,9 @@
 //! the host's CPU against 1.1 ms for `sh -c true`); here the job is this process, one fork (the
 //! supervisor, in the job's own session, which copies the command's output to the job's files
 //! and to the channel) and the command's `sh`. It keeps the same files, so `job.sh` attaches to,
-//! stops, ends and closes these jobs as its own, and its watchdog guards them.
+//! stops, ends and closes these jobs as its own. The run's watchdog, when the first job finds
+//! none, is this binary too (`job-run watch`, `job_watchdog.rs`), on job.sh's files: either
+//! guards the jobs of either.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -63,6 +65,9 @@ pub fn main(args: &[OsString]) -> i32 {
         return 0;
     }
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    if words.first().is_some_and(|w| w == super::job_watchdog::WATCH) {
+        return super::job_watchdog::main(&words[1..]);
+    }
     let Some(job) = JobArgs::parse(&words) else {
         eprintln!(
             "rigrun {SUBCOMMAND} is rigrun's own, run on a host to start a detached job: \
@@ -174,30 +179,10 @@ impl JobArgs {
         Ok(())
     }
 
-    /// Has job.sh's `lease` start the run's watchdog (once per run: the first job finds none);
-    /// Err: why it could not (no `setsid` on the host: without a watchdog no job may start).
+    /// Starts the run's watchdog (once per run: the first job finds none; see
+    /// `job_watchdog.rs`); Err: why it could not (without a watchdog no job may start).
     fn start_watchdog(&self) -> Result<(), String> {
-        const MARKER: &str = "__rigrun_lease__";
-        let done = Command::new(SH)
-            .arg("-c")
-            .arg(JOB)
-            .arg("rigrun")
-            .args(["lease", &self.dir.display().to_string(), "-", MARKER, "keep"])
-            .args(["0", "0", "-", &self.lease])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| format!("cannot run {SH}: {e}"))?;
-        let said = String::from_utf8_lossy(&done.stderr);
-        let trailer = said
-            .lines()
-            .find_map(|line| line.strip_prefix(MARKER)?.strip_prefix(":end "))
-            .unwrap_or("no answer from job.sh lease");
-        match trailer.split_once(' ').map_or(trailer, |(first, _)| first) {
-            "0" => Ok(()),
-            _ => Err(trailer.strip_prefix("error ").unwrap_or(trailer).to_string()),
-        }
+        super::job_watchdog::start(&self.dir, &self.lease, &self.boot)
     }
 
     /// Whether the run's watchdog runs: its pid is alive and was written in this boot.
@@ -476,7 +461,7 @@ fn wait_for(pid: i32) {
 }
 
 /// The first line of a file, trimmed; None when it is missing or empty (the shell's `[ -s ]`).
-fn read_word(path: &Path) -> Option<String> {
+pub(super) fn read_word(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let word = text.lines().next().unwrap_or_default().trim().to_string();
     (!word.is_empty()).then_some(word)

@@ -9,10 +9,11 @@
 
 mod boot;
 mod channel;
-mod cipher;
+pub mod cipher;
 mod frame;
 mod job;
 pub mod job_runner;
+mod job_watchdog;
 mod local;
 pub mod login_noise;
 mod lost;

@@ -91,13 +91,21 @@ async fn run(
 
 /// How many watchdogs (`sh -c <watch> rigrun <jobs> ...`) watch `jobs`.
 fn watchdogs(jobs: &Path) -> usize {
-    let jobs = jobs.display().to_string();
     let processes = std::fs::read_dir("/proc").unwrap().flatten();
-    let cmdlines = processes.filter_map(|p| std::fs::read(p.path().join("cmdline")).ok());
-    cmdlines
-        .filter(|cmdline| {
+    processes
+        .filter(|p| {
+            let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
             let args: Vec<_> = cmdline.split(|b| *b == 0).map(String::from_utf8_lossy).collect();
-            args.len() > 4 && args[2].contains("watchdog.pid") && args[3] == "rigrun" && args[4] == jobs
+            // job.sh's: `sh -c <watch> rigrun <jobs>`; rigrun job-run's: a process named so,
+            // in the jobs folder.
+            let of_job_sh = args.len() > 4
+                && args[2].contains("watchdog.pid")
+                && args[3] == "rigrun"
+                && args[4] == jobs.display().to_string();
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+            let native = comm.trim() == "rigrun-watchdog"
+                && std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd == jobs);
+            of_job_sh || native
         })
         .count()
 }
@@ -292,6 +300,15 @@ fn the_runner_says_its_protocol_and_refuses_other_arguments() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let watch = Command::new(RIGRUN)
+        .args(["job-run", "watch", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        watch.status.code(),
+        Some(2),
+        "the watchdog needs its folder, lease and boot"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("rigrun's own, run on a host"),
         "{}",
@@ -299,8 +316,9 @@ fn the_runner_says_its_protocol_and_refuses_other_arguments() {
     );
 }
 
-/// Without a watchdog no job starts: on a host whose `setsid` is missing (job.sh starts the
-/// watchdog with it) the runner says so, as job.sh itself does, and runs nothing.
+/// On a host whose `setsid` is missing (job.sh needs it to start the watchdog, and refuses
+/// every action without it, so such a job could not be followed again) the runner says so, as
+/// job.sh itself does, and runs nothing.
 #[test]
 fn without_setsid_for_the_watchdog_no_job_starts_and_the_cause_is_said() {
     for starter in STARTERS {
@@ -321,5 +339,43 @@ fn without_setsid_for_the_watchdog_no_job_starts_and_the_cause_is_said() {
             "{starter:?}: {stderr}"
         );
         assert!(!ran.exists(), "{starter:?}: the command ran without a watchdog");
+    }
+}
+
+/// Once nobody renews the lease (here: nobody follows the job, and no keeper runs), the run's
+/// watchdog stops the job for it: its process group TERMed, `.stopped` saying `lease`, the end
+/// marker saying so; and the watchdog is gone afterwards.
+#[test]
+fn a_lease_not_renewed_has_the_watchdog_stop_the_job() {
+    for starter in STARTERS {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        let child = dir.path().join("child");
+        // Were the lease not kept, the job would end by itself a minute later, not stopped.
+        let command = format!("sleep 60 & echo $! > {}; wait", child.display());
+        let jobs_arg = jobs.display().to_string();
+        // A lease of 1 s: the stdin at its end means "keep" (over SSH, perhaps a lost link).
+        let args = ["run", &jobs_arg, "j8", "M", "keep", "0", "0", &command, "1"];
+        let out = starter
+            .command()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("M:end stopped lease"), "{starter:?}: {stderr}");
+        assert_eq!(kept(dir.path(), "j8.stopped"), "lease\n", "{starter:?}");
+        let child = std::fs::read_to_string(&child).unwrap();
+        assert!(
+            wait_until_gone(child.trim()),
+            "{starter:?}: the job's child outlived the lease"
+        );
+        wait_for(Duration::from_secs(10), "the watchdog to end", || {
+            watchdogs(&jobs) == 0
+        });
+        assert!(
+            !jobs.join("watchdog.pid").exists(),
+            "{starter:?}: the watchdog left its pid file"
+        );
     }
 }

@@ -57,6 +57,12 @@ fn run(dir: &Path, playbook: &str) -> Output {
         .expect("cannot run rigrun")
 }
 
+/// The names in the host's `bin/` folder.
+fn in_bin(dir: &Path) -> Vec<std::ffi::OsString> {
+    let entries = std::fs::read_dir(dir.join("work/bin")).unwrap().flatten();
+    entries.map(|e| e.file_name()).collect()
+}
+
 fn uploaded(dir: &Path) -> PathBuf {
     dir.join("work/bin/rigrun")
 }
@@ -98,12 +104,7 @@ fn sent_compressed_once_then_not_again_while_the_hosts_copy_is_the_same() {
         sent > 0 && sent < size / 2,
         "{sent} bytes sent for a {size}-byte binary"
     );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.join("work/bin"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert_eq!(leftovers, ["rigrun"], "nothing but the binary is left in bin/");
+    assert_eq!(in_bin(dir), ["rigrun"], "nothing but the binary is left in bin/");
 
     // Again: the host's copy is the same, so nothing is sent and the file is untouched.
     let inode = std::fs::metadata(uploaded(dir)).unwrap().ino();
@@ -112,12 +113,35 @@ fn sent_compressed_once_then_not_again_while_the_hosts_copy_is_the_same() {
     assert_eq!(std::fs::metadata(uploaded(dir)).unwrap().ino(), inode);
     assert_eq!(sftp_sent(dir), sent, "nothing sent the second time");
 
-    // A host copy that changed (damaged, or another build) is replaced.
-    std::fs::write(uploaded(dir), b"#!/bin/sh\necho not rigrun\n").unwrap();
+    // A host copy that changed (damaged, or another build) is replaced. Put in place as an
+    // install does (a rename): the run's watchdog may still run the old file for a second.
+    let other = dir.join("work/bin/other-build");
+    std::fs::write(&other, b"#!/bin/sh\necho not rigrun\n").unwrap();
+    std::fs::rename(&other, uploaded(dir)).unwrap();
     let out = run(dir, USES_RIGRUN);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(sha256(&uploaded(dir)), sha256(&exe));
     assert!(sftp_sent(dir) > sent, "sent again");
+    drop(sshd);
+}
+
+/// Two inventory names for one machine and one workdir send their copies at the same time:
+/// each checks and installs its own temporary file, both runs succeed, one rigrun is left.
+#[test]
+fn two_hosts_sharing_a_workdir_send_at_once_without_spoiling_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let sshd = host_with_tools(dir, &[]);
+    let inventory = std::fs::read_to_string(dir.join("hosts.yaml")).unwrap();
+    let entry = inventory.strip_prefix("hosts:\n").unwrap();
+    let twin = entry.replacen("  h:", "  twin:", 1);
+    assert_ne!(twin, entry, "the twin entry names another host");
+    std::fs::write(dir.join("hosts.yaml"), format!("hosts:\n{entry}{twin}")).unwrap();
+    let out = run(dir, USES_RIGRUN);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_rigrun"));
+    assert_eq!(sha256(&uploaded(dir)), sha256(&exe));
+    assert_eq!(in_bin(dir), ["rigrun"], "nothing but the binary is left in bin/");
     drop(sshd);
 }
 

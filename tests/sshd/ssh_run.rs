@@ -805,3 +805,53 @@ fn a_host_with_rigruns_copy_has_it_start_each_command() {
     let found = starter("plain.yaml");
     assert!(found.starts_with(&runner), "{found}");
 }
+
+/// At the end of a run the host's ControlMaster is asked to exit over its control socket (what
+/// `ssh -O exit` asks, without starting an `ssh` for it), and it is gone. `ssh` here is a
+/// wrapper that notes each invocation before running the real one.
+#[test]
+fn the_master_is_asked_to_exit_over_its_socket_and_goes() {
+    let (env, _a) = Env::with_one_host();
+    let bin = env.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let calls = env.path().join("ssh-calls");
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v ssh"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    assert!(!real.is_empty(), "the OpenSSH client is not installed");
+    let wrapper = bin.join("ssh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{real}' \"$@\"\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.write("t.yaml", "name: t\nsteps:\n  - shell: {command: \"true\"}\n");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = rigrun()
+        .current_dir(env.path())
+        .env("PATH", path)
+        .args(["run", "t.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        calls.lines().any(|l| l.starts_with("-M ")),
+        "the master was started through the wrapper: {calls}"
+    );
+    assert!(
+        !calls.contains("-O exit"),
+        "no `ssh -O exit` should be needed: {calls}"
+    );
+    assert!(
+        wait_for(|| master_of(&env.known_hosts).is_none()),
+        "the ControlMaster lingers after the run"
+    );
+}

@@ -20,7 +20,9 @@ pub struct Sent {
 /// sha256, and only then renames it over `dest` and runs `--version`: a host never runs a
 /// half-sent or corrupt rigrun. Err names why it does not run there.
 pub async fn send(ctx: &HostCtx, local: &Path, known: &Known, gzip: bool, dest: &str) -> Result<Sent> {
-    let tmp = format!("{dest}.rigrun-new");
+    // A name of this upload's own: two inventory hosts may be one machine and one workdir,
+    // and then send at once (each renames its own checked file; both are the same rigrun).
+    let tmp = format!("{dest}.rigrun-new-{}", unique_suffix());
     let (sent, unpack) = if gzip {
         let (path, sha) = (local.to_path_buf(), known.sha256.clone());
         let copy = tokio::task::spawn_blocking(move || {
@@ -48,6 +50,16 @@ pub async fn send(ctx: &HostCtx, local: &Path, known: &Known, gzip: bool, dest: 
         bytes: sent,
         compressed: gzip,
     })
+}
+
+/// Eight random bytes in hex, for a temporary file's name.
+fn unique_suffix() -> String {
+    let mut bytes = [0u8; 8];
+    // Without randomness the process id still tells this rigrun's uploads from another's.
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes[..4].copy_from_slice(&std::process::id().to_be_bytes());
+    }
+    hex::encode(bytes)
 }
 
 /// Exit code of the install script when the checksum is wrong.

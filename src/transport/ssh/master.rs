@@ -14,6 +14,8 @@ use crate::config::inventory::expand_home;
 use crate::config::{HostSpec, KnownHostsPolicy};
 use crate::transport::cipher;
 
+/// How long a master's control socket may take to answer.
+const MUX_DEADLINE: Duration = Duration::from_secs(5);
 /// A master idle this long exits by itself, so a crashed rigrun leaves nothing behind for long.
 const CONTROL_PERSIST_SECS: u32 = 300;
 /// Longest we wait for a master to connect and authenticate.
@@ -220,8 +222,14 @@ impl MasterSpec {
         &self.describe
     }
 
-    /// Tells the master to exit (`ssh -O exit`), its commands and forwards with it.
+    /// Tells the master to exit (what `ssh -O exit` asks), its commands and forwards with it:
+    /// over its control socket, else (a master that does not answer so) with `ssh -O exit`.
     pub(super) async fn exit(&self) {
+        match tokio::time::timeout(MUX_DEADLINE, super::mux::terminate(&self.control)).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => tracing::debug!("asking {} to exit over its socket: {e}", self.describe),
+            Err(_) => tracing::debug!("{} did not answer a request to exit", self.describe),
+        }
         let _ = tokio::process::Command::new("ssh")
             .args([
                 "-S",

@@ -27,6 +27,7 @@ use master::MasterSpec;
 mod failure;
 mod forward;
 mod master;
+mod mux;
 mod read;
 mod sftp;
 mod write;
