@@ -21,7 +21,7 @@
 #   BASELINE_REV=<rev> bench/steps.sh # also rigrun built at that revision
 #
 # Needs root (LOGIN=quiet creates the user `rigrun-bench`), sshd (apt-get install
-# openssh-server), python3 with venv, and PyPI for the venv. Prints a Markdown table (docs/bench.md
+# openssh-server), python3 with venv, and PyPI for the venv. Prints a Markdown table (docs/detached.md
 # keeps the last one measured); $WORK keeps the logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
