@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::job_watchdog::{read_word, WATCH};
+
 /// The subcommand rigrun runs on the host: `rigrun job-run <job.sh's arguments>`.
 pub const SUBCOMMAND: &str = "job-run";
 /// What `rigrun job-run --protocol` prints: a copy that says anything else (an older rigrun)
@@ -65,7 +67,7 @@ pub fn main(args: &[OsString]) -> i32 {
         return 0;
     }
     let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    if words.first().is_some_and(|w| w == super::job_watchdog::WATCH) {
+    if words.first().is_some_and(|w| w == WATCH) {
         return super::job_watchdog::main(&words[1..]);
     }
     let Some(job) = JobArgs::parse(&words) else {
@@ -182,7 +184,7 @@ impl JobArgs {
     /// Starts the run's watchdog (once per run: the first job finds none; see
     /// `job_watchdog.rs`); Err: why it could not (without a watchdog no job may start).
     fn start_watchdog(&self) -> Result<(), String> {
-        super::job_watchdog::start(&self.dir, &self.lease, &self.boot)
+        super::job_watchdog::start(&self.dir, &self.lease, &self.boot, [SUBCOMMAND, WATCH])
     }
 
     /// Whether the run's watchdog runs: its pid is alive and was written in this boot.
@@ -458,13 +460,6 @@ fn wait_for(pid: i32) {
             return;
         }
     }
-}
-
-/// The first line of a file, trimmed; None when it is missing or empty (the shell's `[ -s ]`).
-pub(super) fn read_word(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let word = text.lines().next().unwrap_or_default().trim().to_string();
-    (!word.is_empty()).then_some(word)
 }
 
 /// The host's boot id (job.sh's `boot`): a job of another boot died with the host.

@@ -14,16 +14,15 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use super::job_runner::read_word;
-
 /// How often the lease is looked at (job.sh's `sleep 1`).
 const TICK: Duration = Duration::from_secs(1);
 /// How long jobs stopped for an expired lease have between TERM and KILL.
 const KILL_AFTER: Duration = Duration::from_secs(2);
 
-/// Starts the watchdog of the run's folder `dir` for a lease of `lease` seconds, in this boot.
+/// Starts the watchdog of the run's folder `dir` for a lease of `lease` seconds, in this boot,
+/// as this binary run again with `words` (`job-run watch`) before the arguments [`main`] takes.
 /// Must be called while this process has a single thread (it forks and goes on in the child).
-pub(super) fn start(dir: &Path, lease: &str, boot: &str) -> Result<(), String> {
+pub(super) fn start(dir: &Path, lease: &str, boot: &str, words: [&str; 2]) -> Result<(), String> {
     let lease: u64 = lease
         .parse()
         .map_err(|_| format!("the lease {lease:?} is not a number of seconds"))?;
@@ -40,8 +39,7 @@ pub(super) fn start(dir: &Path, lease: &str, boot: &str) -> Result<(), String> {
             // A process of its own words (`ps` would otherwise show the job's command line,
             // as if the job still ran); where the binary cannot be run again, this fork watches.
             let _ = this_binary()
-                .arg(super::job_runner::SUBCOMMAND)
-                .arg(WATCH)
+                .args(words)
                 .args([dir.as_os_str(), lease.to_string().as_ref(), boot.as_ref()])
                 .exec();
             watch(dir, lease, boot);
@@ -170,6 +168,13 @@ fn stop_jobs(dir: &Path, boot: &str) -> Vec<i32> {
 /// When `path` was last written (None: it is gone).
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The first line of a file, trimmed; None when it is missing or empty (the shell's `[ -s ]`).
+pub(super) fn read_word(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let word = text.lines().next().unwrap_or_default().trim().to_string();
+    (!word.is_empty()).then_some(word)
 }
 
 /// Whether `program` is an executable file in a folder of `path` (a `PATH`; the shell's
