@@ -28,7 +28,10 @@ pub async fn preference(config_args: &[String], address: &str) -> Option<String>
     if !has_aes_instructions() {
         return None;
     }
-    let effective = if configuration_may_set_ciphers(config_args, &ConfigFiles::of_this_user()) {
+    // The files are read once per process: every host's connection would read the same.
+    static FILES_MAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let files_may = || *FILES_MAY.get_or_init(|| files_may_set_ciphers(&ConfigFiles::of_this_user()));
+    let effective = if options_may_set_ciphers(config_args) || files_may() {
         // Both queries at once: each is an `ssh` process on the connection's path.
         let (default, effective) = tokio::join!(default_ciphers(), ciphers_of(config_args, address));
         let (default, effective) = (default?, effective?);
@@ -86,18 +89,17 @@ impl ConfigFiles {
     }
 }
 
-/// Whether ssh's configuration for these options could set `Ciphers`: an option that sets it
-/// (or names another file), or a `Ciphers` line in the files or a file they include; an
-/// `Include` this cannot follow (a token, a variable, a quote) counts as one.
-fn configuration_may_set_ciphers(config_args: &[String], files: &ConfigFiles) -> bool {
-    let lower = |a: &String| a.to_ascii_lowercase();
-    if config_args
+/// Whether these ssh options set `Ciphers` or name another configuration to read.
+fn options_may_set_ciphers(config_args: &[String]) -> bool {
+    config_args
         .iter()
-        .map(lower)
+        .map(|a| a.to_ascii_lowercase())
         .any(|a| a.starts_with("ciphers") || a.starts_with("include") || a == "-f")
-    {
-        return true;
-    }
+}
+
+/// Whether ssh's configuration files could set `Ciphers`: a `Ciphers` line in them or a file
+/// they include; an `Include` this cannot follow (a token, a variable, a quote) counts as one.
+fn files_may_set_ciphers(files: &ConfigFiles) -> bool {
     files
         .user
         .iter()
@@ -284,11 +286,11 @@ mod tests {
             ),
             ("etc/conf.d/a.conf", "SendEnv LANG\n"),
         ]);
-        assert!(!configuration_may_set_ciphers(&[], &files));
-        assert!(!configuration_may_set_ciphers(
-            &[],
-            &ConfigFiles::with(None, Path::new("/nonexistent"))
-        ));
+        assert!(!files_may_set_ciphers(&files));
+        assert!(!files_may_set_ciphers(&ConfigFiles::with(
+            None,
+            Path::new("/nonexistent")
+        )));
     }
 
     #[test]
@@ -314,7 +316,7 @@ mod tests {
         ];
         for entries in cases {
             let (_tmp, files) = files_with(entries);
-            assert!(configuration_may_set_ciphers(&[], &files), "{entries:?}");
+            assert!(files_may_set_ciphers(&files), "{entries:?}");
         }
     }
 
@@ -328,19 +330,15 @@ mod tests {
             "Include */x",
         ] {
             let (_tmp, files) = files_with(&[("home/.ssh/config", include)]);
-            assert!(configuration_may_set_ciphers(&[], &files), "{include}");
+            assert!(files_may_set_ciphers(&files), "{include}");
         }
-        let (_tmp, files) = files_with(&[]);
         let option = |o: &str| vec!["-o".to_string(), o.to_string()];
-        assert!(configuration_may_set_ciphers(
-            &option("Ciphers=aes128-ctr"),
-            &files
-        ));
-        assert!(configuration_may_set_ciphers(&option("Include=/x"), &files));
-        assert!(!configuration_may_set_ciphers(&option("Port=2222"), &files));
+        assert!(options_may_set_ciphers(&option("Ciphers=aes128-ctr")));
+        assert!(options_may_set_ciphers(&option("Include=/x")));
+        assert!(!options_may_set_ciphers(&option("Port=2222")));
         // A file that includes itself is not followed for ever.
         let (_tmp, files) = files_with(&[("home/.ssh/config", "Include config\n")]);
-        assert!(configuration_may_set_ciphers(&[], &files));
+        assert!(files_may_set_ciphers(&files));
     }
 
     #[test]
