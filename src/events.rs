@@ -189,6 +189,14 @@ pub enum Event {
         host: String,
         facts: crate::facts::HostFacts,
     },
+    /// A Slurm host's allocation waits in the queue: said at each look at it (every couple of
+    /// seconds), with Slurm's reason (`Priority`, `Resources`).
+    HostQueued {
+        host: String,
+        job_id: String,
+        reason: String,
+        waited_secs: f64,
+    },
     /// The host's GPUs, learnt after it connected from another source than nvidia-smi (a DCGM
     /// exporter): facts like those found at connect.
     GpusFound {

@@ -56,6 +56,19 @@ pub struct HostFacts {
     /// host rebooted (and what ran there is gone). Absent in runs from before it was gathered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// On a Slurm host: the allocation these facts were read in (the node's facts, not the
+    /// login node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+}
+
+/// A Slurm allocation that a host is: its job, its node and the login node it was asked from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub job_id: String,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_node: Option<String>,
 }
 
 impl HostFacts {

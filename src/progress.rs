@@ -21,6 +21,8 @@ pub struct Progress {
     show_output: bool,
     /// Each host's sweeps, when the run said what they hold (see [`Progress::with_sweeps`]).
     sweeps: IndexMap<String, SweepProgress>,
+    /// Each Slurm host's last reason for waiting in the queue.
+    queue_reasons: std::collections::HashMap<String, String>,
 }
 
 impl Progress {
@@ -48,6 +50,7 @@ impl Progress {
             steps,
             show_output,
             sweeps: IndexMap::new(),
+            queue_reasons: Default::default(),
         }
     }
 
@@ -85,6 +88,18 @@ impl Progress {
     pub fn show(&mut self, event: &Event) {
         match event {
             Event::HostConnecting { host } => self.status(host, "connecting".into()),
+            Event::HostQueued {
+                host,
+                job_id,
+                reason,
+                waited_secs,
+            } => {
+                // Without a live bar a line is printed: once per reason, not at every look.
+                let seen = self.queue_reasons.insert(host.clone(), reason.clone());
+                if self.bars.is_some() || seen.as_ref() != Some(reason) {
+                    self.status(host, queued_text(job_id, reason, *waited_secs))
+                }
+            }
             Event::HostConnected { host, facts } => {
                 self.status(host, connected_text(facts.arch.as_deref(), facts.gpu_count))
             }
@@ -358,6 +373,15 @@ fn connected_text(arch: Option<&str>, gpu_count: Option<u64>) -> String {
 }
 
 /// A host's status at its end: `done`, or the step it failed at.
+/// `queued 2m13s (Priority), Slurm job 4242`.
+fn queued_text(job_id: &str, reason: &str, waited_secs: f64) -> String {
+    let waited = humantime::format_duration(std::time::Duration::from_secs(waited_secs as u64));
+    format!(
+        "queued {} ({reason}), Slurm job {job_id}",
+        waited.to_string().replace(' ', "")
+    )
+}
+
 fn host_end_text(status: &Status, failed_step: Option<&str>) -> String {
     match (status, failed_step) {
         (Status::Ok, _) => "done".to_string(),
@@ -411,6 +435,14 @@ fn attempt_note(attempt: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queued_host_says_how_long_and_why() {
+        assert_eq!(
+            queued_text("4242", "Priority", 133.6),
+            "queued 2m13s (Priority), Slurm job 4242"
+        );
+    }
 
     #[test]
     fn records_show_their_headline() {

@@ -5,7 +5,7 @@
 #   bash tests/run.sh --fast   the edit-compile-test loop: unit tests, the simulator and bench
 #                              tests, the layering, and the tests against real sshd servers on
 #                              loopback; no network namespaces, no Chromium, no llama.cpp, no
-#                              tmpfs mounts
+#                              Slurm, no tmpfs mounts
 #
 # Anything after `--` goes to `cargo test` (e.g. `-- --test ssh_run`). The OS packages the tests
 # need are installed with apt-get when run as root; otherwise the one command that would install
@@ -30,11 +30,13 @@ done
 # (fuzz_config runs a few hundred generated configurations; `bash fuzz/config.sh` a million;
 # layering reads the sources for imports against ARCHITECTURE.md's floors); the others are
 # system (root: namespaces, tmpfs), browser (Chromium), llama (llama.cpp) and host_binary (the
-# rigrun built by tools/host-binary.sh for hosts).
+# rigrun built by tools/host-binary.sh for hosts) and slurm (root: a one-node Slurm cluster,
+# tests/slurm/cluster.sh, under each test's own folder).
 fast_tests=(local sshd fuzz_config layering)
 
 # What the tests start: sshd and ssh always; for the full run also ip (network namespaces),
-# Chromium (the HTML report), and cmake, g++ and unzip (building llama-server).
+# Chromium (the HTML report), cmake, g++ and unzip (building llama-server), and Slurm's
+# daemons, its commands and munge (the Slurm tier).
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
@@ -44,6 +46,10 @@ if ! $fast; then
   command -v cmake >/dev/null 2>&1 || need+=(cmake)
   command -v g++ >/dev/null 2>&1 || need+=(g++)
   command -v unzip >/dev/null 2>&1 || need+=(unzip)
+  [ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+  [ -x /usr/sbin/slurmd ] || need+=(slurmd)
+  command -v sbatch >/dev/null 2>&1 || need+=(slurm-client)
+  [ -x /usr/sbin/munged ] || need+=(munge)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -55,6 +55,10 @@ pub struct HostSpec {
     /// this host, instead of the one for its CPU in the host-binaries folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rigrun_binary: Option<String>,
+    /// The host is an allocation on a Slurm cluster, asked for through this entry's machine
+    /// (the login node): what to ask for (see `slurm.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<super::slurm::SlurmSpec>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]

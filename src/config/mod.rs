@@ -10,6 +10,7 @@ pub mod reference;
 pub mod render;
 pub mod server_block;
 pub mod slo;
+pub mod slurm;
 pub mod steps;
 pub mod template;
 mod validate;

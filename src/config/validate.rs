@@ -125,6 +125,14 @@ fn check_leases(config: &Config) -> Vec<ConfigError> {
     })
 }
 
+/// A `slurm:` block asks for something Slurm can be asked for.
+fn check_slurm_blocks(config: &Config) -> Vec<ConfigError> {
+    per_host(config, |name, spec| {
+        let problem = spec.slurm.as_ref()?.problem()?;
+        Some(format!("host `{name}`: {problem}"))
+    })
+}
+
 /// `dcgm_exporter:` must be an http(s) URL with a host, as the host sees the exporter.
 fn check_dcgm_exporters(config: &Config) -> Vec<ConfigError> {
     let bad = |url: &str| {
@@ -168,6 +176,7 @@ fn check_groups(config: &Config) -> Vec<ConfigError> {
     let mut errors = check_host_names(config);
     errors.extend(check_leases(config));
     errors.extend(check_dcgm_exporters(config));
+    errors.extend(check_slurm_blocks(config));
     for members in inv.groups.values() {
         for member in members.iter().filter(|m| !inv.hosts.contains_key(&m.value)) {
             let names: Vec<&str> = inv.hosts.keys().map(String::as_str).collect();

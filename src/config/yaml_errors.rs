@@ -235,6 +235,10 @@ fn words_for(msg: &str) -> String {
     if msg.starts_with("recursion limit exceeded") {
         return budget(&BudgetBreach::Depth { depth: MAX_DEPTH + 1 });
     }
+    // `time` is required in a host's `slurm:` block alone.
+    if msg == "missing field `time`" {
+        return format!("{msg}: a `slurm:` block needs the allocation's time limit, like `time: 2h`");
+    }
     msg.to_string()
 }
 

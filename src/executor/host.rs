@@ -10,12 +10,16 @@ use anyhow::Result;
 use super::{rigrun_binary, OpenTransports};
 use crate::config::{Builtins, Config};
 use crate::events::{Event, EventSender, Status};
+use crate::facts::HostFacts;
 use crate::plan;
 use crate::resume::HostWork;
 use crate::steps::{self, HostCtx};
 use crate::store::RunDir;
 use crate::telemetry::GpuSource;
-use crate::transport::{Reboot, Transport};
+use crate::transport::{Allocated, Reboot, Transport};
+
+/// The step a Slurm host that got no allocation failed at.
+const ALLOCATE: &str = "slurm allocation";
 
 /// Everything one host's task needs.
 pub(super) struct HostJob {
@@ -32,8 +36,8 @@ pub(super) struct HostJob {
     /// What is left to do on the host (everything in a new run): one per server variant, in
     /// the order they run, or one without variants.
     pub works: Vec<Arc<HostWork>>,
-    /// The host's boot id when the run last reached it (a resumed run's; see [`boot_ids`]).
-    pub boot_id_before: Option<String>,
+    /// The host's facts when the run last reached it (a resumed run's; see [`facts_before`]).
+    pub facts_before: Option<HostFacts>,
 }
 
 /// Where a host stopped and why.
@@ -89,11 +93,6 @@ impl HostJob {
             .await
             .map_err(fail(super::CONNECT))?;
         self.report_login_noise(&transport);
-        self.emit(Event::HostConnected {
-            host: self.host.clone(),
-            facts: facts.clone(),
-        });
-        self.watch_boot(&transport, &facts);
         let home = facts.home.clone();
         let mut ctx = HostCtx {
             host: self.host.clone(),
@@ -113,13 +112,28 @@ impl HostJob {
                 .cloned()
                 .unwrap_or_else(|| Arc::new(HostWork::fresh(config))),
             variant: None,
-            gpu_source: gpu_source(spec, &facts),
+            gpu_source: GpuSource::Absent,
             slo: config.slo.clone(),
             stopping: self.stopping.clone(),
         };
         ctx.workdir = ctx.resolve(spec.workdir());
         let jobs = jobs_dir(&ctx.workdir, &self.run_id, &self.run_dir, &self.host);
         ctx.transport.start_jobs(&jobs);
+        // The link's own boot id: the lease's renewals say it (a Slurm host's login node).
+        let link_boot_id = facts.boot_id.clone();
+        let facts = match spec.slurm {
+            Some(_) => self
+                .allocate(&ctx.transport, facts)
+                .await
+                .map_err(fail(ALLOCATE))?,
+            None => facts,
+        };
+        ctx.gpu_source = gpu_source(spec, &facts);
+        self.emit(Event::HostConnected {
+            host: self.host.clone(),
+            facts: facts.clone(),
+        });
+        self.watch_boot(&ctx.transport, &facts, link_boot_id);
         let rigrun = rigrun_binary::on_host(config, &self.host, &ctx, &facts, &copy)
             .await
             .map_err(fail("upload rigrun"))?;
@@ -138,20 +152,54 @@ impl HostJob {
         for server in ctx.servers.drain(..) {
             server.stop();
         }
+        // An allocation is given back as soon as the host is done, not when the run ends.
+        ctx.transport.release_allocation().await;
         Ok(stop)
+    }
+
+    /// A Slurm host's allocation, asked for through the login node (each look at the queue
+    /// said as an event), and the facts of its node, which replace the login node's.
+    async fn allocate(&self, transport: &Arc<Transport>, login: HostFacts) -> Result<HostFacts> {
+        let (events, host) = (self.events.clone(), self.host.clone());
+        let allocated = transport
+            .allocate(&mut |job_id, waited, reason| {
+                let _ = events.send(Event::HostQueued {
+                    host: host.clone(),
+                    job_id: job_id.to_string(),
+                    reason: reason.to_string(),
+                    waited_secs: waited.as_secs_f64(),
+                });
+            })
+            .await?;
+        let before = self.facts_before.as_ref().and_then(|f| f.allocation.as_ref());
+        self.emit(Event::Notice {
+            host: self.host.clone(),
+            message: allocated_text(&allocated, before),
+        });
+        let output = transport.output(crate::facts::COMMAND).await?;
+        let mut facts = crate::facts::parse(&output).map_err(anyhow::Error::msg)?;
+        facts.allocation = Some(crate::facts::Allocation {
+            login_node: login.hostname,
+            ..allocated.allocation
+        });
+        Ok(facts)
     }
 
     /// Says a reboot since the run last reached the host (a resume), then has the transport say
     /// each one it finds during the run (see `transport::Reboot`): once per reboot, as an event.
-    fn watch_boot(&self, transport: &Transport, facts: &crate::facts::HostFacts) {
+    /// `link_boot_id` is the boot id the lease's renewals will say (a Slurm host's login node's).
+    fn watch_boot(&self, transport: &Transport, facts: &HostFacts, link_boot_id: Option<String>) {
         let said = |host: &str, reboot: &Reboot, message: String| Event::HostRebooted {
             host: host.to_string(),
             message,
             boot_id_before: reboot.before.clone(),
             boot_id: reboot.now.clone(),
         };
-        if let (Some(before), Some(now)) = (&self.boot_id_before, &facts.boot_id) {
-            if before != now {
+        let before = self.facts_before.as_ref();
+        // Another node of a new allocation did not reboot: it is another machine.
+        let same_machine = before.is_some_and(|b| b.hostname == facts.hostname);
+        if let (Some(before), Some(now)) = (before.and_then(|b| b.boot_id.as_ref()), &facts.boot_id) {
+            if before != now && same_machine {
                 let reboot = Reboot {
                     before: before.clone(),
                     now: now.clone(),
@@ -163,7 +211,7 @@ impl HostJob {
         let on_reboot = move |reboot: &Reboot| {
             let _ = events.send(said(&host, reboot, reboot.during_run(&host)));
         };
-        transport.watch_boot(facts.boot_id.clone(), Arc::new(on_reboot));
+        transport.watch_boot(link_boot_id, Arc::new(on_reboot));
     }
 
     /// Once per host: what its login shell prints goes to `hosts/<host>/login-shell.log`, and a
@@ -252,13 +300,36 @@ fn jobs_dir(workdir: &str, run_id: &str, run_dir: &std::path::Path, host: &str) 
     format!("{workdir}/.rigrun/jobs/{run_id}-{key}/{host}")
 }
 
-/// Each host's boot id when the run last reached it (none in a new run, or in runs from before
-/// it was gathered).
-pub(super) fn boot_ids(manifest: &crate::store::Manifest) -> std::collections::HashMap<String, String> {
+/// Each host's facts when the run last reached it (none in a new run).
+pub(super) fn facts_before(
+    manifest: &crate::store::Manifest,
+) -> std::collections::HashMap<String, HostFacts> {
     let hosts = manifest.hosts.iter();
     hosts
-        .filter_map(|(host, entry)| Some((host.clone(), entry.facts.boot_id.clone()?)))
+        .filter(|(_, entry)| !entry.facts.home.is_empty())
+        .map(|(host, entry)| (host.clone(), entry.facts.clone()))
         .collect()
+}
+
+/// What a Slurm host's allocation is, said once: a new one, the run's own found again, or a
+/// new one because the run's earlier one is gone.
+fn allocated_text(allocated: &Allocated, before: Option<&crate::facts::Allocation>) -> String {
+    let now = &allocated.allocation;
+    let waited = humantime::format_duration(std::time::Duration::from_secs(allocated.waited.as_secs()));
+    if allocated.reattached {
+        return format!(
+            "re-attached to the run's Slurm job {} on node {}, still there from its earlier session",
+            now.job_id, now.node
+        );
+    }
+    let earlier = match before {
+        Some(b) if b.job_id != now.job_id => format!("the run's earlier Slurm job {} is gone; ", b.job_id),
+        _ => String::new(),
+    };
+    format!(
+        "{earlier}Slurm job {} runs on node {} after {waited} in the queue; the host's commands run there",
+        now.job_id, now.node
+    )
 }
 
 /// The host's facts, in one round trip.

@@ -111,7 +111,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
     }
     let (run_dir, run_id, mut work, first) = begin(&config, opts.start)?;
     let run_path = run_dir.path.clone();
-    let boot_ids = host::boot_ids(&run_dir.manifest);
+    let facts_before = host::facts_before(&run_dir.manifest);
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let (store_failed_tx, store_failed) = oneshot::channel();
     let store = store_thread::spawn(run_dir, progress, rx, store_failed_tx);
@@ -148,7 +148,7 @@ pub async fn run(config: Arc<Config>, opts: RunOptions, progress: Progress) -> R
             control_dir: control_dir.path().to_path_buf(),
             open: open.clone(),
             stopping: stopping.clone(),
-            boot_id_before: boot_ids.get(host).cloned(),
+            facts_before: facts_before.get(host).cloned(),
         };
         let forks = forks.clone();
         tasks.spawn(async move {

@@ -141,26 +141,61 @@ impl Transport {
         self.jobs.boot.current()
     }
 
-    /// Whether the connection could not be got back within `reconnect_for`: the host stays
-    /// lost for the rest of the run.
+    /// Whether the connection could not be got back within `reconnect_for` (or a Slurm host's
+    /// allocation ended): the host stays lost for the rest of the run.
     pub fn gave_up(&self) -> bool {
         self.jobs.given_up.get().is_some()
+    }
+
+    /// The host is lost for the rest of the run, for `reason`: what still asks for it fails at
+    /// once instead of waiting out `reconnect_for` again.
+    pub(super) fn give_up(&self, reason: &str) {
+        let _ = self.jobs.given_up.set(reason.to_string());
+    }
+
+    /// The host's inventory name.
+    pub(super) fn jobs_host(&self) -> String {
+        self.jobs.host.clone()
+    }
+
+    /// The run's jobs folder on the host, once prepared.
+    pub(super) fn jobs_dir(&self) -> Result<String> {
+        self.jobs
+            .dir()
+            .context("the run's jobs folder on the host was not prepared")
     }
 
     /// Runs `job` detached on the host and follows it to its end, through lost connections
     /// (each said through `on_warning`) for as long as the host's `reconnect_for` allows.
     /// A lost host, or a command that vanished there, is a [`Lost`] error; one that died with
     /// the host as it rebooted, [`Rebooted`].
+    /// On a Slurm host the job runs on the allocated node, and ends [`Lost`] when the
+    /// allocation did not outlive it (see `slurm.rs`).
     pub async fn run_job(
         &self,
         job: &Job<'_>,
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
         on_warning: &mut (dyn FnMut(String) + Send),
     ) -> Result<JobEnd> {
-        let dir = self
-            .jobs
-            .dir()
-            .context("the run's jobs folder on the host was not prepared")?;
+        let end = self
+            .run_detached(job, &self.on_node(job.command), on_output, on_warning)
+            .await;
+        match end {
+            Ok(end) => self.check_allocation().await.map(|()| end),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Transport::run_job`] with `command` run as it is, where the link goes (on a Slurm
+    /// host: the login node).
+    pub(super) async fn run_detached(
+        &self,
+        job: &Job<'_>,
+        command: &str,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+        on_warning: &mut (dyn FnMut(String) + Send),
+    ) -> Result<JobEnd> {
+        let dir = self.jobs_dir()?;
         if let Some(reason) = self.jobs.given_up.get() {
             return Err(anyhow!(Lost {
                 reason: reason.clone()
@@ -172,7 +207,7 @@ impl Transport {
         self.jobs.started_any.store(true, Ordering::Relaxed);
         loop {
             let broke = match self
-                .follow(action, &dir, job, deadline, &mut readers, on_output)
+                .follow(action, &dir, (job, command), deadline, &mut readers, on_output)
                 .await
             {
                 Ok(Some(trailer)) => {
@@ -195,9 +230,7 @@ impl Transport {
             ));
             let until = lost_at + self.jobs.reconnect_for.saturating_sub(unnoticed);
             if let Err(gone) = self.reconnect(until).await {
-                // The host stays lost for the rest of the run: what still asks for it fails at
-                // once instead of waiting out `reconnect_for` again.
-                let _ = self.jobs.given_up.set(format!("{gone:#}"));
+                self.give_up(&format!("{gone:#}"));
                 return Err(gone);
             }
             on_warning(format!(
@@ -216,7 +249,7 @@ impl Transport {
         &self,
         action: &str,
         dir: &str,
-        job: &Job<'_>,
+        (job, command): (&Job<'_>, &str),
         deadline: Option<Instant>,
         readers: &mut [StreamReader; 2],
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
@@ -232,7 +265,7 @@ impl Transport {
             eof,
             &offsets[0],
             &offsets[1],
-            job.command,
+            command,
             &lease,
         ];
         // Attaching and a host without the runner: job.sh (the runner itself hands a job that
@@ -365,10 +398,7 @@ impl Transport {
     /// GPU memory. Returns the process groups stopped (jobs that had ended count too). An error
     /// says what is left.
     pub async fn end_jobs(&self, pattern: &str, grace: Duration) -> Result<Vec<u32>> {
-        let dir = self
-            .jobs
-            .dir()
-            .context("the run's jobs folder on the host was not prepared")?;
+        let dir = self.jobs_dir()?;
         let tenths = (grace.as_millis() / 100).max(1).to_string();
         let trailer = self
             .short_action(&["end", &dir, pattern], &[&tenths])

@@ -18,6 +18,7 @@ mod local;
 pub mod login_noise;
 mod lost;
 mod many;
+mod slurm;
 mod ssh;
 mod tar;
 pub mod wrapper;
@@ -25,7 +26,7 @@ pub mod wrapper;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::sync::Semaphore;
 
 pub use boot::{OnReboot, Reboot};
@@ -34,6 +35,7 @@ pub use local::LocalTransport;
 pub use login_noise::LoginNoise;
 pub use lost::{is_disk_full, is_lost, is_rebooted, DiskFull, Lost, Rebooted};
 pub use many::{ManySink, Tar};
+pub use slurm::Allocated;
 pub use ssh::SshTransport;
 pub use wrapper::{line_text, Output, Stream, LINE_CAP};
 
@@ -83,6 +85,8 @@ pub const MAX_CHANNELS_PER_HOST: usize = 8;
 pub struct Transport {
     link: Link,
     jobs: job::Jobs,
+    /// On a Slurm host, its allocation: the link is the login node's (see `slurm.rs`).
+    slurm: Option<slurm::Slurm>,
 }
 
 enum Link {
@@ -115,6 +119,7 @@ impl Transport {
         Ok(Transport {
             link,
             jobs: job::Jobs::new(host, spec),
+            slurm: spec.slurm.as_ref().map(slurm::Slurm::new),
         })
     }
 
@@ -151,7 +156,17 @@ impl Transport {
 
     /// Runs `command`, passing on what it prints as bytes: whole lines, and lines longer than
     /// [`LINE_CAP`] in pieces (which [`Transport::exec`] leaves out). Memory stays bounded.
+    /// On a Slurm host it runs on the allocated node.
     pub async fn exec_output(
+        &self,
+        command: &str,
+        on_output: &mut (dyn FnMut(Stream, Output) + Send),
+    ) -> Result<i32> {
+        self.link_exec(&self.on_node(command), on_output).await
+    }
+
+    /// Runs `command` where the link goes: on a Slurm host, the login node.
+    async fn link_exec(
         &self,
         command: &str,
         on_output: &mut (dyn FnMut(Stream, Output) + Send),
@@ -173,16 +188,23 @@ impl Transport {
 
     /// Runs `command` and keeps its exit code and both outputs, whatever the code.
     pub async fn captured(&self, command: &str) -> Result<Captured> {
+        self.login_captured(&self.on_node(command)).await
+    }
+
+    /// [`Transport::captured`] where the link goes: on a Slurm host the login node.
+    async fn login_captured(&self, command: &str) -> Result<Captured> {
         let mut out = String::new();
         let mut err = String::new();
         let code = self
-            .exec(command, &mut |stream, line| {
+            .link_exec(command, &mut |stream, output| {
+                let Output::Line(line) = output else { return };
+                let line = line_text(line);
                 let buf = if stream == Stream::Stdout {
                     &mut out
                 } else {
                     &mut err
                 };
-                buf.push_str(line);
+                buf.push_str(&line);
                 buf.push('\n');
             })
             .await?;
@@ -232,19 +254,28 @@ impl Transport {
     }
 
     /// Makes `url` (as the host sees it) reachable from here.
+    /// On a Slurm host a loopback URL means the allocated node: that is where it is reached.
     pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
+        let parsed = reqwest::Url::parse(url).with_context(|| format!("`{url}` is not a URL"))?;
+        let node = parsed.host_str().and_then(|h| self.node_for_loopback(h));
         match &self.link {
-            Link::Ssh(t) => t.http_endpoint(url).await,
+            Link::Ssh(t) => t.http_endpoint(url, node).await,
             Link::Local(_) => Ok(HttpEndpoint {
                 client: http_client(|b| b)?,
-                base_url: url.to_string(),
+                base_url: match (node, parsed.host_str()) {
+                    // The URL's own text, with only its host replaced (no slash added).
+                    (Some(node), Some(host)) => url.replacen(host, node, 1),
+                    _ => url.to_string(),
+                },
             }),
         }
     }
 
-    /// Ends the connection (for SSH: stops the ControlMaster).
+    /// Ends the connection (for SSH: stops the ControlMaster), after the run's jobs and, on a
+    /// Slurm host, its allocation.
     pub async fn close(&self) {
         self.close_jobs().await;
+        self.release().await;
         if let Link::Ssh(t) = &self.link {
             t.close().await;
         }

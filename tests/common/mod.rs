@@ -543,7 +543,16 @@ pub fn newest_run_dir(runs: &Path) -> PathBuf {
 
 /// The records of a run directory as JSON values.
 pub fn records(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("records.jsonl"))
+    json_lines(&run_dir.join("records.jsonl"))
+}
+
+/// The journal (events.jsonl) of a run directory as JSON values.
+pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
+    json_lines(&run_dir.join("events.jsonl"))
+}
+
+fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -333,6 +333,10 @@ fn places() -> Vec<Place> {
         inventory("bogus: 1\nhosts: {}\n", "/properties"),
         inventory("hosts:\n  a: {bogus: 1}\n", "/definitions/host/properties"),
         inventory(
+            "hosts:\n  a: {slurm: {time: 1h, bogus: 1}}\n",
+            "/definitions/host/properties/slurm/properties",
+        ),
+        inventory(
             "hosts:\n  a: {connection: bogus}\n",
             "/definitions/host/properties/connection/enum",
         ),

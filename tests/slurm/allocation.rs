@@ -1,0 +1,128 @@
+//! A playbook that runs on an SSH host runs unchanged on a Slurm host beside it, and what Slurm
+//! refuses, or could never give, is said in its words.
+
+use crate::common::{free_port, manifest, processes_with, records, run_rigrun, text};
+use crate::{allocation_of, login_node, node_address, notices, Cluster};
+
+/// A server started by the playbook on each host, then a sweep whose records say the Slurm job
+/// and step they ran in: on the Slurm host every command ran inside its allocation (a step of
+/// the job the run asked for), on the SSH host none did; the allocation is given back and the
+/// servers are gone when the run ends.
+#[test]
+fn a_sweep_runs_in_the_allocation_beside_an_ssh_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    let ports = [free_port(), free_port()];
+    // A server on a cluster listens where the login node reaches it: the node's address.
+    let bind = node_address(&cluster.node);
+    let vars = [
+        format!("    vars: {{port: {}, bind: \"{bind}\"}}\n", ports[0]),
+        format!("    vars: {{port: {}, bind: 127.0.0.1}}\n", ports[1]),
+    ];
+    let _sshd = login_node(
+        dir,
+        &cluster,
+        "{time: 10m, partition: debug}",
+        [&vars[0], &vars[1]],
+    );
+    let playbook = "name: side\nsteps:\n  - start-server:\n      \
+        command: \"{{ rigrun }} sim --profile tiny --port {{ port }} --host {{ bind }}\"\n      \
+        url: \"http://127.0.0.1:{{ port }}\"\n  - run-sweep:\n      matrix: {n: [1, 2]}\n      \
+        command: >-\n        echo \"{\\\"n\\\": {{ n }}, \\\"job\\\": \\\"${SLURM_JOB_ID:-}\\\", \
+        \\\"step\\\": \\\"${SLURM_STEP_ID:-}\\\", \\\"models\\\": $(curl -s http://127.0.0.1:{{ port }}/v1/models | wc -c)}\"\n";
+    std::fs::write(dir.join("side.yaml"), playbook).unwrap();
+    let out = run_rigrun(
+        dir,
+        &["run", "side.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run_dir = crate::common::only_run_dir(&dir.join("runs"));
+
+    let allocation = allocation_of(&run_dir);
+    let job = allocation["job_id"].as_str().unwrap().to_string();
+    assert_eq!(allocation["node"], cluster.node.as_str(), "{allocation}");
+    assert_eq!(allocation["login_node"], cluster.node.as_str(), "{allocation}");
+    for record in records(&run_dir) {
+        let (host, data) = (record["host"].as_str().unwrap(), &record["metrics"]);
+        assert!(
+            data["models"].as_u64().unwrap() > 10,
+            "the server answered: {record}"
+        );
+        match host {
+            "cluster" => {
+                assert_eq!(data["job"], job.as_str(), "{record}");
+                assert_ne!(data["step"], "", "{record}");
+            }
+            _ => assert_eq!(
+                (&data["job"], &data["step"]),
+                (&"".into(), &"".into()),
+                "{record}"
+            ),
+        }
+    }
+    let said = notices(&run_dir, "cluster");
+    assert!(
+        said.iter()
+            .any(|n| n.starts_with(&format!("Slurm job {job} runs on node {}", cluster.node))),
+        "{said:?}"
+    );
+    assert!(
+        stderr.contains(&format!("Slurm job {job} runs on node")),
+        "{stderr}"
+    );
+    assert_eq!(
+        cluster.live_jobs(),
+        Vec::<String>::new(),
+        "the allocation was given back"
+    );
+    for port in ports {
+        assert_eq!(processes_with(&format!("--port {port}")), Vec::<String>::new());
+    }
+}
+
+/// A partition that does not exist is refused by `sbatch` at once; a request no node can meet
+/// waits for ever (`PartitionConfig`): both fail the host at its allocation, in Slurm's words,
+/// leave nothing in the queue, and the SSH host beside it runs to its end.
+#[test]
+fn a_request_slurm_refuses_or_can_never_meet_fails_the_host_in_its_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    std::fs::write(
+        dir.join("one.yaml"),
+        "name: one\nsteps:\n  - shell: {command: \"true\"}\n",
+    )
+    .unwrap();
+    let cases = [
+        (
+            "{time: 10m, partition: nosuch}",
+            "invalid partition specified: nosuch",
+        ),
+        ("{time: 10m, extra: [--cpus-per-task=64]}", "(PartitionConfig:"),
+    ];
+    for (i, (slurm, words)) in cases.into_iter().enumerate() {
+        let case = dir.join(format!("case{i}"));
+        std::fs::create_dir(&case).unwrap();
+        let _sshd = login_node(&case, &cluster, slurm, ["", ""]);
+        let out = run_rigrun(
+            &case,
+            &["run", "../one.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"],
+        );
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{slurm}: {stdout}\n{stderr}");
+        let run_dir = crate::common::only_run_dir(&case.join("runs"));
+        let hosts = &manifest(&run_dir)["hosts"];
+        assert_eq!(hosts["cluster"]["failed_step"], "slurm allocation", "{hosts:#}");
+        let error = hosts["cluster"]["error"].as_str().unwrap();
+        assert!(error.contains(words), "{slurm}: {error}");
+        assert_eq!(hosts["box"]["status"], "ok", "{hosts:#}");
+        assert!(stderr.contains(words), "{slurm}: {stderr}");
+        assert_eq!(
+            cluster.live_jobs(),
+            Vec::<String>::new(),
+            "{slurm}: nothing left queued"
+        );
+    }
+}
