@@ -225,6 +225,13 @@ pub fn describe(config: &Config, plan: &Plan) -> String {
             count(host.steps.len(), "step"),
             host.sweep_count().describe()
         );
+        if let Some(slurm) = &spec.slurm {
+            let _ = writeln!(
+                out,
+                "  on one node of a Slurm allocation, asked for when its first step starts: sbatch {}; every step runs there through srun",
+                slurm.value.sbatch_options().join(" ")
+            );
+        }
         if !host.variants.is_empty() {
             let _ = writeln!(
                 out,

@@ -372,16 +372,21 @@ fn connected_text(arch: Option<&str>, gpu_count: Option<u64>) -> String {
     format!("connected ({arch}{gpus})")
 }
 
-/// A host's status at its end: `done`, or the step it failed at.
-/// `queued 2m13s (Priority), Slurm job 4242`.
+/// `queued 2m13s (Priority), Slurm job 4242`; without a reason while Slurm has none yet (`None`,
+/// a job the scheduler has not looked at).
 fn queued_text(job_id: &str, reason: &str, waited_secs: f64) -> String {
     let waited = humantime::format_duration(std::time::Duration::from_secs(waited_secs as u64));
+    let reason = match reason {
+        "" | "None" => String::new(),
+        reason => format!(" ({reason})"),
+    };
     format!(
-        "queued {} ({reason}), Slurm job {job_id}",
+        "queued {}{reason}, Slurm job {job_id}",
         waited.to_string().replace(' ', "")
     )
 }
 
+/// A host's status at its end: `done`, or the step it failed at.
 fn host_end_text(status: &Status, failed_step: Option<&str>) -> String {
     match (status, failed_step) {
         (Status::Ok, _) => "done".to_string(),
@@ -442,6 +447,7 @@ mod tests {
             queued_text("4242", "Priority", 133.6),
             "queued 2m13s (Priority), Slurm job 4242"
         );
+        assert_eq!(queued_text("7", "None", 0.4), "queued 0s, Slurm job 7");
     }
 
     #[test]

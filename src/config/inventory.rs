@@ -58,7 +58,7 @@ pub struct HostSpec {
     /// The host is an allocation on a Slurm cluster, asked for through this entry's machine
     /// (the login node): what to ask for (see `slurm.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<super::slurm::SlurmSpec>,
+    pub slurm: Option<Spanned<super::slurm::SlurmSpec>>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]

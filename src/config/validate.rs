@@ -125,12 +125,21 @@ fn check_leases(config: &Config) -> Vec<ConfigError> {
     })
 }
 
-/// A `slurm:` block asks for something Slurm can be asked for.
+/// A `slurm:` block asks for something Slurm can be asked for; said at the block.
 fn check_slurm_blocks(config: &Config) -> Vec<ConfigError> {
-    per_host(config, |name, spec| {
-        let problem = spec.slurm.as_ref()?.problem()?;
-        Some(format!("host `{name}`: {problem}"))
-    })
+    let hosts = config.inventory.hosts.iter();
+    hosts
+        .filter_map(|(name, spec)| {
+            let slurm = spec.value.slurm.as_ref()?;
+            let problem = slurm.value.problem()?;
+            Some(ConfigError::at(
+                &config.inventory_path,
+                &config.inventory_text,
+                &slurm.referenced,
+                format!("host `{name}`: {problem}"),
+            ))
+        })
+        .collect()
 }
 
 /// `dcgm_exporter:` must be an http(s) URL with a host, as the host sees the exporter.

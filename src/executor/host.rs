@@ -176,7 +176,7 @@ impl HostJob {
             host: self.host.clone(),
             message: allocated_text(&allocated, before),
         });
-        let output = transport.output(crate::facts::COMMAND).await?;
+        let output = transport.node_output(crate::facts::COMMAND).await?;
         let mut facts = crate::facts::parse(&output).map_err(anyhow::Error::msg)?;
         facts.allocation = Some(crate::facts::Allocation {
             login_node: login.hostname,

@@ -158,6 +158,11 @@ impl Transport {
         self.jobs.host.clone()
     }
 
+    /// The host's workdir the jobs folder is in.
+    pub(super) fn jobs_workdir(&self) -> String {
+        self.jobs.workdir()
+    }
+
     /// The run's jobs folder on the host, once prepared.
     pub(super) fn jobs_dir(&self) -> Result<String> {
         self.jobs

@@ -119,7 +119,7 @@ impl Transport {
         Ok(Transport {
             link,
             jobs: job::Jobs::new(host, spec),
-            slurm: spec.slurm.as_ref().map(slurm::Slurm::new),
+            slurm: spec.slurm.as_ref().map(|s| slurm::Slurm::new(&s.value)),
         })
     }
 

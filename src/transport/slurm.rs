@@ -26,8 +26,12 @@ use crate::config::slurm::SlurmSpec;
 use crate::config::template::shell_quote;
 use crate::facts::Allocation;
 
-/// How often the queue is asked while the allocation waits in it.
+/// How often the queue is asked while the allocation waits in it: soon at first (an idle
+/// cluster starts a job within a second), then every couple of seconds.
+const QUEUE_POLL_FIRST: Duration = Duration::from_millis(250);
 const QUEUE_POLL: Duration = Duration::from_secs(2);
+/// The exit code that says the node does not see the run's jobs folder.
+const UNSHARED: i32 = 97;
 /// How long a release waits for Slurm to see the allocation gone.
 const RELEASE_WAIT: Duration = Duration::from_secs(15);
 
@@ -107,6 +111,7 @@ impl Transport {
         let _ = slurm.job_id.set(id.clone());
         self.guard_allocation(&id);
         let started = Instant::now();
+        let mut poll = QUEUE_POLL_FIRST;
         let node = loop {
             match self.queue(&id).await? {
                 Queue::Running { node } => break node,
@@ -124,7 +129,8 @@ impl Transport {
                     bail!("Slurm job {id} ended before it ran: {}", ended_text(&ended));
                 }
             }
-            tokio::time::sleep(QUEUE_POLL).await;
+            tokio::time::sleep(poll).await;
+            poll = (poll * 2).min(QUEUE_POLL);
         };
         let _ = slurm.node.set(node.clone());
         Ok(Allocated {
@@ -149,6 +155,26 @@ impl Transport {
             shell_quote(command)
         )
         .into()
+    }
+
+    /// Runs `command` on the allocated node once it has checked there that the node sees the
+    /// run's jobs folder, written through the login node: files move through the login node, so
+    /// a workdir the node does not share would lose every script and result.
+    pub async fn node_output(&self, command: &str) -> Result<String> {
+        let dir = self.jobs_dir()?;
+        let checked = format!("test -d {} || exit {UNSHARED}\n{command}", shell_quote(&dir));
+        let done = self.captured(&checked).await?;
+        match done.code {
+            0 => Ok(done.stdout),
+            UNSHARED => bail!(
+                "node {} does not see the host's workdir {} that the login node has: rigrun moves files \
+                 through the login node, so the workdir must be on a filesystem both share; set the \
+                 host's `workdir:` to one (home, a work or scratch filesystem)",
+                self.allocated().map(|(_, node)| node).unwrap_or("?"),
+                self.jobs_workdir()
+            ),
+            code => bail!("the node's facts exited with {code}: {}", done.stderr.trim()),
+        }
     }
 
     /// The node a loopback URL of the host means, on a Slurm host once allocated.

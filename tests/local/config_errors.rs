@@ -530,3 +530,55 @@ fn a_rigrun_binary_that_is_not_a_file_is_named_before_any_host_is_touched() {
     let out = run_rigrun(dir.path(), &["check", "plain.yaml", "-i", "hosts.yaml"]);
     assert!(out.status.success(), "{:?}", text(&out));
 }
+
+/// A host's `slurm:` block is checked with the rest, before anything is asked of Slurm: each
+/// mistake names the inventory's file, line and column and says what to write; a good block
+/// shows in `rigrun plan` as the `sbatch` options it becomes, each shell-quoted.
+#[test]
+fn a_slurm_block_is_checked_and_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ok.yaml"),
+        "name: t\nsteps:\n  - shell: {command: hostname}\n",
+    )
+    .unwrap();
+    let cases = [
+        ("{partition: gpu}", "hosts.yaml:4:", "missing field `time`"),
+        (
+            "{time: 30s}",
+            "hosts.yaml:4:",
+            "shorter than Slurm's smallest limit",
+        ),
+        ("{time: 1h, gpus: 0}", "hosts.yaml:4:", "gpus"),
+        ("{time: 1h, extra: [qos=high]}", "hosts.yaml:4:", "qos=high"),
+        ("{time: 1h, partiton: gpu}", "hosts.yaml:4:", "partiton"),
+    ];
+    for (block, location, words) in cases {
+        std::fs::write(
+            dir.path().join("hosts.yaml"),
+            format!("hosts:\n  cluster:\n    address: login.example\n    slurm: {block}\n"),
+        )
+        .unwrap();
+        let out = run_rigrun(dir.path(), &["check", "ok.yaml"]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{block}: {stderr}");
+        assert!(
+            stderr.contains(location) && stderr.contains(words),
+            "{block}: {stderr}"
+        );
+    }
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  cluster:\n    address: login.example\n    slurm: {time: 90m, partition: gpu, constraint: \"h100&ib\", extra: [--qos=high]}\n",
+    )
+    .unwrap();
+    let out = run_rigrun(dir.path(), &["plan", "ok.yaml"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "sbatch --nodes=1 --ntasks=1 --time=0-01:30:00 --partition=gpu '--constraint=h100&ib' --qos=high; every step runs there through srun"
+        ),
+        "{stdout}"
+    );
+}

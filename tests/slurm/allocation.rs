@@ -126,3 +126,40 @@ fn a_request_slurm_refuses_or_can_never_meet_fails_the_host_in_its_words() {
         );
     }
 }
+
+/// Files move through the login node, so a workdir the node does not see is found before any
+/// step (when the node's facts are read) and said with what to do; the allocation is given
+/// back.
+#[test]
+fn a_workdir_the_node_does_not_share_fails_the_host_before_any_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let workdir = dir.join("work-cluster");
+    let cluster = Cluster::start_hiding(dir, &workdir);
+    let _sshd = login_node(dir, &cluster, "{time: 10m}", ["", ""]);
+    std::fs::write(
+        dir.join("one.yaml"),
+        "name: one\nsteps:\n  - shell: {command: \"touch ran\"}\n",
+    )
+    .unwrap();
+    let out = run_rigrun(
+        dir,
+        &["run", "one.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let run_dir = crate::common::only_run_dir(&dir.join("runs"));
+    let hosts = &manifest(&run_dir)["hosts"];
+    assert_eq!(hosts["cluster"]["failed_step"], "slurm allocation", "{hosts:#}");
+    let error = hosts["cluster"]["error"].as_str().unwrap();
+    let words = format!(
+        "node {} does not see the host's workdir {}",
+        cluster.node,
+        workdir.display()
+    );
+    assert!(error.contains(&words), "{error}");
+    assert!(error.contains("set the host's `workdir:`"), "{error}");
+    assert!(!workdir.join("ran").exists(), "no step ran");
+    assert_eq!(hosts["box"]["status"], "ok", "{hosts:#}");
+    assert_eq!(cluster.live_jobs(), Vec::<String>::new(), "given back");
+}

@@ -7,11 +7,14 @@
 #   bash tests/slurm/cluster.sh status STATE_DIR   sinfo's view; exit 1 when it is down
 #   bash tests/slurm/cluster.sh stop   STATE_DIR   stops the three daemons by their pids
 #
+# With NODE_HIDES=DIR in the environment, `start` runs slurmd in a mount namespace of its own
+# where an empty tmpfs covers DIR: the node does not share that folder with the login node.
+#
 # Needs root and Debian's slurmctld, slurmd, slurm-client and munge packages
 # (apt-get install -y slurmctld slurmd slurm-client munge).
 set -euo pipefail
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -eq 2 ] || usage
 action=$1
 state=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -91,7 +94,13 @@ start() {
     wait_for 50 test -S "$state/munge/socket"
     SLURM_CONF=$conf slurmctld -f "$conf"
     wait_for 100 env SLURM_CONF="$conf" scontrol ping
-    SLURM_CONF=$conf slurmd -f "$conf"
+    if [ -n "${NODE_HIDES:-}" ]; then
+      mkdir -p "$NODE_HIDES"
+      SLURM_CONF=$conf unshare --mount --propagation private \
+        sh -c 'mount -t tmpfs node-only "$1" && exec slurmd -f "$2"' sh "$NODE_HIDES" "$conf"
+    else
+      SLURM_CONF=$conf slurmd -f "$conf"
+    fi
     if ! wait_for 300 sh -c "SLURM_CONF='$conf' sinfo -h -o %T | grep -qx idle"; then
       echo "cluster.sh: the node did not come up idle; see $state/slurmctld.log and slurmd.log" >&2
       SLURM_CONF=$conf sinfo -N -l >&2 || true

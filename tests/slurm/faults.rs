@@ -1,7 +1,8 @@
 //! What happens to the allocation when the run does not end well: an interrupt gives it back
 //! (a resume asks for a new one and says so); a SIGKILLed rigrun leaves it only until its lease
 //! runs out, and a resume before then re-attaches to it; a node drained mid-point finishes what
-//! runs; a node that fails mid-point loses the point, which a resume runs again.
+//! runs; a node that fails mid-point, or the allocation's time limit reached mid-point, loses
+//! the point, which a resume runs again.
 
 use std::path::Path;
 use std::process::Child;
@@ -173,6 +174,47 @@ fn a_node_drained_mid_point_finishes_and_a_failed_one_loses_the_point_until_a_re
     wait_for(Duration::from_secs(30), "the node to be idle again", || {
         cluster.node_state() == "idle"
     });
+    resume_to_the_end(dir, &run_dir);
+    assert_ne!(job_of(&run_dir), job);
+    assert_eq!(cluster.live_jobs(), Vec::<String>::new());
+}
+
+/// Slurm's shortest limit is a minute: point n=2 waits past it, Slurm ends the allocation, and
+/// the point is lost (not failed) with the cause in words; a resume asks for a new allocation
+/// and runs it again.
+#[test]
+fn the_time_limit_reached_mid_point_loses_the_point_until_a_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    let _sshd = login_node(dir, &cluster, "{time: 1m}", ["", ""]);
+    let (child, run_dir) = start_waiting(dir, "runs");
+    let job = job_of(&run_dir);
+    wait_for(
+        Duration::from_secs(300),
+        "Slurm to end the allocation at its limit",
+        || {
+            crate::common::events(&run_dir)
+                .iter()
+                .any(|e| e["event"] == "point_finished" && e["point"] == "n=2" && e["host"] == "cluster")
+        },
+    );
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lost = latest_records(&run_dir)
+        .into_iter()
+        .find(|r| r["host"] == "cluster" && r["point"]["n"] == 2)
+        .unwrap();
+    assert_eq!(lost["status"], "lost", "{lost}");
+    let reason = lost["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("Slurm job {job}")) && reason.contains("its time limit was reached"),
+        "{reason}"
+    );
+    assert_eq!(cluster.state_of(&job), "TIMEOUT");
+
     resume_to_the_end(dir, &run_dir);
     assert_ne!(job_of(&run_dir), job);
     assert_eq!(cluster.live_jobs(), Vec::<String>::new());

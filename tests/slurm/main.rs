@@ -31,10 +31,21 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: &Path) -> Cluster {
+        Cluster::start_with(dir, &[])
+    }
+
+    /// A cluster whose node does not see `folder` as the login node does (an empty tmpfs
+    /// covers it there): a workdir that is not shared.
+    pub fn start_hiding(dir: &Path, folder: &Path) -> Cluster {
+        Cluster::start_with(dir, &[("NODE_HIDES", folder)])
+    }
+
+    fn start_with(dir: &Path, env: &[(&str, &Path)]) -> Cluster {
         let turn = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let state = dir.join("cluster");
         let out = Command::new("bash")
             .args([script().to_str().unwrap(), "start", state.to_str().unwrap()])
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(
