@@ -79,6 +79,8 @@ pub struct CheckArgs {
     pub config: ConfigArgs,
     /// Also connect to every host (in parallel, as a run would: SSH with strict host keys) and
     /// print its facts in one line: architecture, OS, kernel, CPUs, memory, GPUs and driver.
+    /// A Slurm host is reached at its login node, whose facts these are: nothing is asked of
+    /// Slurm.
     #[arg(long)]
     pub connect: bool,
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value as Json};
 
 use crate::facts::ServerFacts;
-use crate::http_client::{excerpt, explain};
+use crate::http_client::excerpt;
 use crate::transport::HttpEndpoint;
 
 /// What `/v1/models` said.
@@ -76,7 +76,7 @@ pub async fn refuses(endpoint: &HttpEndpoint, api_key: Option<&str>) -> Option<S
     match sent {
         Ok(_) => None,
         Err(e) if e.is_timeout() => None,
-        Err(e) => Some(format!("GET {url}: {}", explain(&e))),
+        Err(e) => Some(format!("GET {url}: {}", endpoint.explain(&e))),
     }
 }
 
@@ -93,7 +93,7 @@ async fn models_reply(
         .result;
     let reply = match sent {
         Ok(reply) => Ok((reply.status(), reply.text().await.unwrap_or_default())),
-        Err(e) => Err(explain(&e)),
+        Err(e) => Err(endpoint.explain(&e)),
     };
     (url, reply)
 }
@@ -147,7 +147,7 @@ async fn get_json(endpoint: &HttpEndpoint, path: &str, api_key: Option<&str>) ->
         .send(|c| request(c.get(&url), api_key).timeout(Duration::from_secs(5)))
         .await
         .result
-        .map_err(|e| anyhow::anyhow!("{}", explain(&e)))?;
+        .map_err(|e| anyhow::anyhow!("{}", endpoint.explain(&e)))?;
     let status = reply.status();
     if !status.is_success() {
         bail!("HTTP {status}");
@@ -267,7 +267,7 @@ pub async fn smoke(
         })
         .await
         .result
-        .map_err(|e| anyhow::anyhow!("POST {url}: {}", explain(&e)))?;
+        .map_err(|e| anyhow::anyhow!("POST {url}: {}", endpoint.explain(&e)))?;
     let status = reply.status();
     let text = reply.text().await.unwrap_or_default();
     if !status.is_success() {

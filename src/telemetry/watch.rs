@@ -484,7 +484,7 @@ async fn start_health(transport: &Arc<Transport>, teller: &Teller) -> Result<gpu
 
 /// Reads the DCGM exporter at `url` once, then as often as nvidia-smi would sample; a URL that
 /// does not answer with DCGM fields is said (the inventory names it, so it was wanted).
-async fn start_dcgm(transport: &Transport, teller: &Teller, url: String) -> Result<Gpu, String> {
+async fn start_dcgm(transport: &Arc<Transport>, teller: &Teller, url: String) -> Result<Gpu, String> {
     let first = async {
         let endpoint = transport
             .http_endpoint(&url)
@@ -566,7 +566,7 @@ fn gpu_line(log: &Mutex<GpuLog>, teller: &Teller, stream: Stream, line: &str) {
 
 /// Reads the server's `/metrics` once; watches it when the names are a known server's.
 async fn start_server(
-    transport: &Transport,
+    transport: &Arc<Transport>,
     teller: &Teller,
     url: String,
     dir: &Path,
@@ -718,7 +718,7 @@ async fn fetch_url(
     let sent = endpoint.client.send(|c| c.get(url).timeout(SCRAPE_TIMEOUT)).await;
     let reply = sent
         .result
-        .map_err(|e| format!("{url}: {}", crate::http_client::explain(&e)))?;
+        .map_err(|e| format!("{url}: {}", endpoint.explain(&e)))?;
     let status = reply.status();
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {status}"));
@@ -726,7 +726,7 @@ async fn fetch_url(
     let text = reply
         .text()
         .await
-        .map_err(|e| format!("{url}: {}", crate::http_client::explain(&e)))?;
+        .map_err(|e| format!("{url}: {}", endpoint.explain(&e)))?;
     Ok(prometheus::parse(&text))
 }
 
@@ -763,6 +763,7 @@ mod tests {
             endpoint: Arc::new(HttpEndpoint {
                 client: crate::http_client::Client::new(|builder| builder).unwrap(),
                 base_url: format!("http://{address}"),
+                bridge: None,
             }),
             scrapes: Arc::default(),
             log: Arc::new(ScrapeLog::create(

@@ -18,6 +18,7 @@ mod local;
 pub mod login_noise;
 mod lost;
 mod many;
+mod node_bridge;
 mod slurm;
 mod ssh;
 mod tar;
@@ -100,6 +101,22 @@ pub struct HttpEndpoint {
     pub client: crate::http_client::Client,
     /// The URL as the host sees it; requests use it unchanged.
     pub base_url: String,
+    /// On a Slurm host, what carries the client's connections through the node while the
+    /// endpoint lives (see `node_bridge.rs`).
+    pub bridge: Option<node_bridge::Bridge>,
+}
+
+impl HttpEndpoint {
+    /// A failed request in words; on a Slurm host, with what the node said when it could not
+    /// connect to the server (the client only sees the connection closed).
+    pub fn explain(&self, err: &reqwest::Error) -> String {
+        let said = crate::http_client::explain(err);
+        let refused = self.bridge.as_ref().and_then(node_bridge::Bridge::refused);
+        match refused {
+            Some(why) if crate::http_client::closed_unanswered(err) => format!("{said}; {why}"),
+            _ => said,
+        }
+    }
 }
 
 impl Transport {
@@ -254,19 +271,19 @@ impl Transport {
     }
 
     /// Makes `url` (as the host sees it) reachable from here.
-    /// On a Slurm host a loopback URL means the allocated node: that is where it is reached.
-    pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
+    /// On a Slurm host a loopback URL means the allocated node's: it is reached through the node.
+    pub async fn http_endpoint(self: &Arc<Self>, url: &str) -> Result<HttpEndpoint> {
         let parsed = reqwest::Url::parse(url).with_context(|| format!("`{url}` is not a URL"))?;
-        let node = parsed.host_str().and_then(|h| self.node_for_loopback(h));
+        if let Some(address) = parsed.host_str().filter(|h| self.on_the_node(h)) {
+            let port = parsed.port_or_known_default().context("the URL has no port")?;
+            return self.node_endpoint(url, address.trim_matches(['[', ']']), port);
+        }
         match &self.link {
-            Link::Ssh(t) => t.http_endpoint(url, node).await,
+            Link::Ssh(t) => t.http_endpoint(url).await,
             Link::Local(_) => Ok(HttpEndpoint {
                 client: http_client(|b| b)?,
-                base_url: match (node, parsed.host_str()) {
-                    // The URL's own text, with only its host replaced (no slash added).
-                    (Some(node), Some(host)) => url.replacen(host, node, 1),
-                    _ => url.to_string(),
-                },
+                base_url: url.to_string(),
+                bridge: None,
             }),
         }
     }

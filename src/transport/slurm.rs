@@ -177,11 +177,11 @@ impl Transport {
         }
     }
 
-    /// The node a loopback URL of the host means, on a Slurm host once allocated.
-    pub(super) fn node_for_loopback(&self, host: &str) -> Option<&str> {
+    /// Whether a URL's `host` is the allocated node's loopback (on a Slurm host once allocated):
+    /// reached through the node, not from the login node.
+    pub(super) fn on_the_node(&self, host: &str) -> bool {
         let loopback = matches!(host, "localhost" | "[::1]" | "::1") || host.starts_with("127.");
-        let (_, node) = self.allocated()?;
-        loopback.then_some(node)
+        loopback && self.allocated().is_some()
     }
 
     /// After a detached job on a Slurm host: whether the allocation still runs. `srun` says 0
@@ -241,7 +241,7 @@ impl Transport {
     }
 
     /// The job id and node once the allocation runs.
-    fn allocated(&self) -> Option<(&str, &str)> {
+    pub(super) fn allocated(&self) -> Option<(&str, &str)> {
         let slurm = self.slurm.as_ref()?;
         Some((slurm.job_id.get()?, slurm.node.get()?))
     }

@@ -2,22 +2,22 @@
 //! refuses, or could never give, is said in its words.
 
 use crate::common::{free_port, manifest, processes_with, records, run_rigrun, text};
-use crate::{allocation_of, login_node, node_address, notices, Cluster};
+use crate::{allocation_of, login_node, notices, Cluster};
 
-/// A server started by the playbook on each host, then a sweep whose records say the Slurm job
-/// and step they ran in: on the Slurm host every command ran inside its allocation (a step of
-/// the job the run asked for), on the SSH host none did; the allocation is given back and the
-/// servers are gone when the run ends.
+/// A server started by the playbook on each host, on a loopback address, then a sweep whose
+/// records say the Slurm job and step they ran in: on the Slurm host every command ran inside its
+/// allocation (a step of the job the run asked for), on the SSH host none did; the allocation is
+/// given back and the servers are gone when the run ends. The Slurm host's server listens on
+/// 127.0.0.2, which only a connection made on the node reaches (the login node here is the same
+/// machine: its own loopback is 127.0.0.1 under the node's name).
 #[test]
 fn a_sweep_runs_in_the_allocation_beside_an_ssh_host() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let cluster = Cluster::start(dir);
     let ports = [free_port(), free_port()];
-    // A server on a cluster listens where the login node reaches it: the node's address.
-    let bind = node_address(&cluster.node);
     let vars = [
-        format!("    vars: {{port: {}, bind: \"{bind}\"}}\n", ports[0]),
+        format!("    vars: {{port: {}, bind: 127.0.0.2}}\n", ports[0]),
         format!("    vars: {{port: {}, bind: 127.0.0.1}}\n", ports[1]),
     ];
     let _sshd = login_node(
@@ -28,9 +28,9 @@ fn a_sweep_runs_in_the_allocation_beside_an_ssh_host() {
     );
     let playbook = "name: side\nsteps:\n  - start-server:\n      \
         command: \"{{ rigrun }} sim --profile tiny --port {{ port }} --host {{ bind }}\"\n      \
-        url: \"http://127.0.0.1:{{ port }}\"\n  - run-sweep:\n      matrix: {n: [1, 2]}\n      \
+        url: \"http://{{ bind }}:{{ port }}\"\n  - run-sweep:\n      matrix: {n: [1, 2]}\n      \
         command: >-\n        echo \"{\\\"n\\\": {{ n }}, \\\"job\\\": \\\"${SLURM_JOB_ID:-}\\\", \
-        \\\"step\\\": \\\"${SLURM_STEP_ID:-}\\\", \\\"models\\\": $(curl -s http://127.0.0.1:{{ port }}/v1/models | wc -c)}\"\n";
+        \\\"step\\\": \\\"${SLURM_STEP_ID:-}\\\", \\\"models\\\": $(curl -s http://{{ bind }}:{{ port }}/v1/models | wc -c)}\"\n";
     std::fs::write(dir.join("side.yaml"), playbook).unwrap();
     let out = run_rigrun(
         dir,
@@ -162,4 +162,37 @@ fn a_workdir_the_node_does_not_share_fails_the_host_before_any_step() {
     assert!(!workdir.join("ran").exists(), "no step ran");
     assert_eq!(hosts["box"]["status"], "ok", "{hosts:#}");
     assert_eq!(cluster.live_jobs(), Vec::<String>::new(), "given back");
+}
+
+/// A server that is not there, on the node: the client sees the connection closed unanswered, as
+/// through an SSH forward, and the error adds what the node said (`Connection refused`).
+#[test]
+fn a_server_missing_on_the_node_is_said_in_the_nodes_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    let port = free_port();
+    let _sshd = login_node(dir, &cluster, "{time: 10m}", ["", ""]);
+    std::fs::write(
+        dir.join("verify.yaml"),
+        format!("name: verify\nhosts: [cluster]\nsteps:\n  - verify-server: {{url: \"http://127.0.0.1:{port}\", wait: 1s}}\n"),
+    )
+    .unwrap();
+    let out = run_rigrun(
+        dir,
+        &["run", "verify.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let run_dir = crate::common::only_run_dir(&dir.join("runs"));
+    let error = manifest(&run_dir)["hosts"]["cluster"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let words = format!("on node {}, no connection to 127.0.0.1:{port}: ", cluster.node);
+    assert!(
+        error.contains(&words) && error.contains("Connection refused"),
+        "{error}"
+    );
+    assert_eq!(cluster.live_jobs(), Vec::<String>::new());
 }

@@ -114,6 +114,11 @@ case $action in
 start) start ;;
 status) SLURM_CONF=$conf sinfo -N -o '%N %P %T %C' ;;
 stop)
+  # Jobs first: slurmstepd and the jobs' processes would outlive slurmd.
+  if [ -s "$state/slurmctld.pid" ] && kill -0 "$(cat "$state/slurmctld.pid")" 2>/dev/null; then
+    SLURM_CONF=$conf squeue -h -o %i 2>/dev/null | xargs -r env SLURM_CONF="$conf" scancel 2>/dev/null || true
+    wait_for 100 sh -c "[ -z \"\$(SLURM_CONF='$conf' squeue -h -o %i)\" ]" || true
+  fi
   stop_pid "$state/slurmd.pid"
   stop_pid "$state/slurmctld.pid"
   stop_pid "$state/munge/pid" ;;

@@ -156,15 +156,6 @@ pub fn login_node(dir: &Path, cluster: &Cluster, slurm: &str, extra: [&str; 2]) 
     sshd
 }
 
-/// The address this machine's name resolves to: where the login node reaches the node.
-pub fn node_address(node: &str) -> String {
-    let out = common::sh("getent", &["hosts", node]);
-    out.split_whitespace()
-        .next()
-        .unwrap_or_else(|| panic!("{node} does not resolve: {out}"))
-        .to_string()
-}
-
 /// The allocation the run's host `cluster` got, from run.json.
 pub fn allocation_of(run_dir: &Path) -> serde_json::Value {
     common::manifest(run_dir)["hosts"]["cluster"]["facts"]["allocation"].clone()

@@ -9,13 +9,9 @@ use crate::transport::{http_client, HttpEndpoint};
 impl SshTransport {
     /// Forwards a Unix socket in the control directory to the server's address on the host, and
     /// returns a client bound to that socket (the URL, and so the Host header, stay unchanged).
-    /// `to` is where the forward goes instead of the URL's host (a Slurm host's node).
-    pub async fn http_endpoint(&self, url: &str, to: Option<&str>) -> Result<HttpEndpoint> {
+    pub async fn http_endpoint(&self, url: &str) -> Result<HttpEndpoint> {
         let parsed = reqwest::Url::parse(url).with_context(|| format!("`{url}` is not a URL"))?;
-        let host = to
-            .or(parsed.host_str())
-            .context("the URL has no host")?
-            .to_string();
+        let host = parsed.host_str().context("the URL has no host")?.to_string();
         let port = parsed.port_or_known_default().context("the URL has no port")?;
         let socket_path = self.master.forward_socket();
         let session = self.session().await?;
@@ -36,6 +32,7 @@ impl SshTransport {
         Ok(HttpEndpoint {
             client,
             base_url: url.to_string(),
+            bridge: None,
         })
     }
 }
