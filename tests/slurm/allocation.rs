@@ -196,3 +196,59 @@ fn a_server_missing_on_the_node_is_said_in_the_nodes_words() {
     );
     assert_eq!(cluster.live_jobs(), Vec::<String>::new());
 }
+
+/// The shipped demo playbook, as it is, on a Slurm host beside an SSH host: the simulated
+/// server listens on the node's loopback, verify-server and the DCGM telemetry reach it through
+/// the node, the script is copied and the results fetched through the login node; every point
+/// the KV guard lets run is measured on both hosts, with energy per token on the Slurm host.
+#[test]
+fn the_demo_playbook_runs_unchanged_on_a_slurm_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    let host_lines = |port: u16| {
+        format!(
+            "    dcgm_exporter: http://127.0.0.1:{port}/dcgm-exporter/metrics\n    \
+             vars: {{profile: a6000-qwen3.6-27b, model: Qwen/Qwen3.6-27B, port: {port}, kv_capacity_tokens: 150000}}\n"
+        )
+    };
+    let lines = [host_lines(free_port()), host_lines(free_port())];
+    let _sshd = login_node(dir, &cluster, "{time: 10m}", [&lines[0], &lines[1]]);
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("playbooks/demo.yaml");
+    let out = run_rigrun(
+        dir,
+        &[
+            "run",
+            demo.to_str().unwrap(),
+            "-i",
+            "hosts.yaml",
+            "--runs-dir",
+            "runs",
+            "-q",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run_dir = crate::common::only_run_dir(&dir.join("runs"));
+    for host in ["cluster", "box"] {
+        let sweep: Vec<_> = records(&run_dir)
+            .into_iter()
+            .filter(|r| r["host"] == host && r["step"] == "run-sweep")
+            .collect();
+        let ok = sweep.iter().filter(|r| r["status"] == "ok").count();
+        assert_eq!(ok, 4, "{host}: {sweep:#?}");
+        for r in sweep.iter().filter(|r| r["status"] == "ok") {
+            let per_joule = r["metrics"]["output_tokens_per_joule"].as_f64();
+            assert!(per_joule.is_some_and(|v| v > 0.0), "{host}: {r:#}");
+        }
+        let fetched = run_dir.join("hosts").join(host).join("fetched");
+        let files = crate::common::sh("find", &[fetched.to_str().unwrap(), "-name", "*.json"]);
+        assert_eq!(
+            files.lines().count(),
+            4,
+            "{host}: one result file a point: {files}"
+        );
+    }
+    assert_eq!(allocation_of(&run_dir)["node"], cluster.node.as_str());
+    assert_eq!(cluster.live_jobs(), Vec::<String>::new());
+}
