@@ -1,7 +1,10 @@
 //! A playbook that runs on an SSH host runs unchanged on a Slurm host beside it, and what Slurm
 //! refuses, or could never give, is said in its words.
 
+use std::time::Duration;
+
 use crate::common::{free_port, manifest, processes_with, records, run_rigrun, text};
+use crate::resume_support::{spawn, wait_for_event};
 use crate::{allocation_of, login_node, notices, Cluster};
 
 /// A server started by the playbook on each host, on a loopback address, then a sweep whose
@@ -250,5 +253,51 @@ fn the_demo_playbook_runs_unchanged_on_a_slurm_host() {
         );
     }
     assert_eq!(allocation_of(&run_dir)["node"], cluster.node.as_str());
+    assert_eq!(cluster.live_jobs(), Vec::<String>::new());
+}
+
+/// While another job holds the node, the host waits in the queue and says so, with Slurm's
+/// reason, on the progress lines and in the journal; once the node is free it runs.
+#[test]
+fn a_host_waiting_in_the_queue_says_how_long_and_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cluster = Cluster::start(dir);
+    let _sshd = login_node(dir, &cluster, "{time: 10m}", ["", ""]);
+    let holder = cluster.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--exclusive",
+            "--output=/dev/null",
+            "--wrap",
+            "exec sleep 600",
+        ],
+    );
+    let holder = holder.trim().to_string();
+    crate::common::wait_for(Duration::from_secs(30), "the holder to run", || {
+        cluster.state_of(&holder) == "RUNNING"
+    });
+    std::fs::write(
+        dir.join("one.yaml"),
+        "name: one\nhosts: [cluster]\nsteps:\n  - shell: {command: \"true\"}\n",
+    )
+    .unwrap();
+    let child = spawn(
+        dir,
+        &["run", "one.yaml", "-i", "hosts.yaml", "--runs-dir", "runs"],
+    );
+    let run_dir = wait_for_event(&dir.join("runs"), |e| {
+        e["event"] == "host_queued" && e["host"] == "cluster" && e["reason"] == "Resources"
+    });
+    cluster.run("scancel", &[&holder]);
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let job = allocation_of(&run_dir)["job_id"].as_str().unwrap().to_string();
+    assert!(
+        stderr.contains(&format!(" (Resources), Slurm job {job}")) && stderr.contains("queued "),
+        "{stderr}"
+    );
     assert_eq!(cluster.live_jobs(), Vec::<String>::new());
 }
