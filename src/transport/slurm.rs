@@ -96,7 +96,7 @@ impl Transport {
         let slurm = self.slurm()?;
         let name = self.allocation_name()?;
         let asked = format!(
-            "found=$(squeue --me -h -n {name} -t PENDING,RUNNING,CONFIGURING,REQUEUED -o %i) || exit 1\n\
+            "found=$(squeue -u \"$(id -un)\" -h -n {name} -t PENDING,RUNNING,CONFIGURING,REQUEUED -o %i) || exit 1\n\
              case $found in\n\
              '') id=$(sbatch --parsable --job-name={name} --output=/dev/null {options} --wrap 'exec sleep infinity') || exit 1\n\
              \x20   echo \"new ${{id%%;*}}\" ;;\n\
