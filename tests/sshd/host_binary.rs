@@ -115,13 +115,31 @@ fn sent_compressed_once_then_not_again_while_the_hosts_copy_is_the_same() {
 
     // A host copy that changed (damaged, or another build) is replaced. Put in place as an
     // install does (a rename): the run's watchdog may still run the old file for a second.
+    // The install also clears what uploads that broke off more than a day ago left, and keeps
+    // a younger temporary file (another upload's, maybe still on its way).
     let other = dir.join("work/bin/other-build");
     std::fs::write(&other, b"#!/bin/sh\necho not rigrun\n").unwrap();
     std::fs::rename(&other, uploaded(dir)).unwrap();
+    let (broken, young) = (
+        "rigrun.rigrun-new-00000000deadbeef.gz",
+        "rigrun.rigrun-new-00000000cafe0000",
+    );
+    for name in [broken, young] {
+        std::fs::write(dir.join("work/bin").join(name), b"part of an upload").unwrap();
+    }
+    let broken_path = dir.join("work/bin").join(broken);
+    crate::common::sh("touch", &["-d", "2 days ago", broken_path.to_str().unwrap()]);
     let out = run(dir, USES_RIGRUN);
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(sha256(&uploaded(dir)), sha256(&exe));
     assert!(sftp_sent(dir) > sent, "sent again");
+    let mut left = in_bin(dir);
+    left.sort();
+    assert_eq!(
+        left,
+        ["rigrun", young],
+        "the day-old temporary file went, the young one stayed"
+    );
     drop(sshd);
 }
 

@@ -62,20 +62,30 @@ fn unique_suffix() -> String {
     hex::encode(bytes)
 }
 
+/// How old an upload's temporary file is before an install takes it for a broken-off one.
+const STALE_MINUTES: u32 = 24 * 60;
 /// Exit code of the install script when the checksum is wrong.
 const BAD_CHECKSUM: i32 = 90;
 /// What the install script prints once the binary is in place, before running it.
 const INSTALLED: &str = "__rigrun_installed__";
 
-/// Unpacks, checks and renames in one round trip, then runs the binary once.
+/// Unpacks, checks and renames in one round trip, then runs the binary once. Temporary files
+/// of uploads that broke off more than a day ago go too (a younger one may be another upload's,
+/// still on its way).
 async fn install(ctx: &HostCtx, tmp: &str, dest: &str, sha256: &str, unpack: &str) -> Result<()> {
     let (t, d) = (shell_quote(tmp), shell_quote(dest));
     let sum = sha256_command(&t);
+    let (folder, name) = dest.rsplit_once('/').unwrap_or((".", dest));
+    let stale = format!(
+        "find {} -maxdepth 1 -name {} -mmin +{STALE_MINUTES} -exec rm -f {{}} + 2>/dev/null || :",
+        shell_quote(if folder.is_empty() { "/" } else { folder }),
+        shell_quote(&format!("{name}.rigrun-new-*"))
+    );
     let script = format!(
         "set -e; {unpack}; chmod 755 {t}; \
          s=$( ({sum}) | cut -d' ' -f1); \
          if [ \"$s\" != {sha256} ]; then rm -f {t}; echo \"${{s:-no sha256sum or shasum there}}\"; exit {BAD_CHECKSUM}; fi; \
-         mv -f {t} {d}; echo {INSTALLED}; {d} --version"
+         mv -f {t} {d}; {stale}; echo {INSTALLED}; {d} --version"
     );
     let out = ctx.transport.captured(&script).await?;
     match out.code {
