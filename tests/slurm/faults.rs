@@ -40,6 +40,25 @@ fn resume_to_the_end(dir: &Path, run_dir: &Path) {
     assert!(ran.iter().all(|r| r["status"] == "ok"), "{latest:#?}");
 }
 
+/// Waits (up to `within`) for point n=2 on the Slurm host to end, lets the SSH host finish, and
+/// returns why the point was lost, once rigrun has said the run failed and the point is lost.
+fn lost_point(dir: &Path, child: Child, run_dir: &Path, within: Duration) -> String {
+    wait_for(within, "point n=2 to end on the Slurm host", || {
+        crate::common::events(run_dir)
+            .iter()
+            .any(|e| e["event"] == "point_finished" && e["point"] == "n=2" && e["host"] == "cluster")
+    });
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    let lost = latest_records(run_dir)
+        .into_iter()
+        .find(|r| r["host"] == "cluster" && r["point"]["n"] == 2)
+        .unwrap();
+    assert_eq!(lost["status"], "lost", "{lost}");
+    lost["reason"].as_str().unwrap().to_string()
+}
+
 fn job_of(run_dir: &Path) -> String {
     allocation_of(run_dir)["job_id"].as_str().unwrap().to_string()
 }
@@ -145,19 +164,7 @@ fn a_node_drained_mid_point_finishes_and_a_failed_one_loses_the_point_until_a_re
     let (child, run_dir) = start_waiting(dir, "runs-down");
     let job = job_of(&run_dir);
     cluster.set_node("down");
-    wait_for_event(&dir.join("runs-down"), |e| {
-        e["event"] == "point_finished" && e["point"] == "n=2" && e["host"] == "cluster"
-    });
-    std::fs::write(dir.join("go"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let lost = latest_records(&run_dir)
-        .into_iter()
-        .find(|r| r["host"] == "cluster" && r["point"]["n"] == 2)
-        .unwrap();
-    assert_eq!(lost["status"], "lost", "{lost}");
-    let reason = lost["reason"].as_str().unwrap();
+    let reason = lost_point(dir, child, &run_dir, Duration::from_secs(60));
     assert!(
         reason.contains(&format!("Slurm job {job}"))
             && (reason.contains(&format!("node {} failed", cluster.node))
@@ -190,25 +197,7 @@ fn the_time_limit_reached_mid_point_loses_the_point_until_a_resume() {
     let _sshd = login_node(dir, &cluster, "{time: 1m}", ["", ""]);
     let (child, run_dir) = start_waiting(dir, "runs");
     let job = job_of(&run_dir);
-    wait_for(
-        Duration::from_secs(300),
-        "Slurm to end the allocation at its limit",
-        || {
-            crate::common::events(&run_dir)
-                .iter()
-                .any(|e| e["event"] == "point_finished" && e["point"] == "n=2" && e["host"] == "cluster")
-        },
-    );
-    std::fs::write(dir.join("go"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let lost = latest_records(&run_dir)
-        .into_iter()
-        .find(|r| r["host"] == "cluster" && r["point"]["n"] == 2)
-        .unwrap();
-    assert_eq!(lost["status"], "lost", "{lost}");
-    let reason = lost["reason"].as_str().unwrap();
+    let reason = lost_point(dir, child, &run_dir, Duration::from_secs(300));
     assert!(
         reason.contains(&format!("Slurm job {job}")) && reason.contains("its time limit was reached"),
         "{reason}"
