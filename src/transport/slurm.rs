@@ -396,6 +396,8 @@ fn ended_text(queue: &Queue) -> String {
         "PREEMPTED" => "it was preempted by a job of higher priority",
         "BOOT_FAIL" => "its node failed to boot",
         "OUT_OF_MEMORY" => "it ran out of memory",
+        "COMPLETING" => "it is ending",
+        s if s.starts_with("REQUEUE") => "it was requeued (its node failed, or an operator requeued it)",
         _ => "",
     };
     match (words.is_empty(), reason.as_str()) {
@@ -470,6 +472,15 @@ mod tests {
             reason: "x".into(),
         };
         assert_eq!(ended_text(&odd), "SPECIAL_EXIT (x)");
+        let held = Queue::Ended {
+            state: "REQUEUE_HOLD".into(),
+            reason: "JobHeldAdmin".into(),
+        };
+        assert!(
+            ended_text(&held).starts_with("it was requeued"),
+            "{}",
+            ended_text(&held)
+        );
         assert_eq!(ended_text(&Queue::Gone), "it is gone from Slurm's queue");
     }
 }
