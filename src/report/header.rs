@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 
-use crate::facts::{Gpu, HostFacts as Facts, ServerFacts, ServerReply};
+use crate::facts::{Allocation, Gpu, HostFacts as Facts, ServerFacts, ServerReply};
 use crate::point::value_text;
 use crate::store::{HostEntry, Manifest};
 
@@ -113,6 +113,9 @@ fn host_facts(host: &str, entry: &HostEntry) -> HostHeader {
     if !system.is_empty() {
         lines.push(("system".to_string(), system.join(", ")));
     }
+    if let Some(allocation) = &facts.allocation {
+        lines.push(("Slurm".to_string(), allocation_line(allocation)));
+    }
     let server = server_facts(entry);
     match variant_facts(entry) {
         // Each variant's server says how it was launched, which is what differs between them.
@@ -143,6 +146,17 @@ fn host_facts(host: &str, entry: &HostEntry) -> HostHeader {
 
 /// `8× NVIDIA RTX PRO 6000 (97887 MiB, power limit 600.00 W), driver 575.57.08`; GPUs of
 /// different kinds are counted separately; without GPUs, what nvidia-smi said.
+/// `job 4242 on node gpu07, asked from login1`: which allocation the facts above are of.
+fn allocation_line(allocation: &Allocation) -> String {
+    let from = allocation.login_node.as_deref();
+    format!(
+        "job {} on node {}{}",
+        allocation.job_id,
+        allocation.node,
+        from.map(|l| format!(", asked from {l}")).unwrap_or_default()
+    )
+}
+
 fn gpu_line(facts: &Facts) -> Option<String> {
     if facts.gpus.is_empty() {
         return match facts.nvidia_smi.as_deref() {
@@ -311,6 +325,21 @@ mod tests {
             ..ServerFacts::default()
         };
         assert_eq!(server_line(&bare), "rigrun (no version reported)");
+    }
+
+    #[test]
+    fn a_slurm_allocation_names_its_job_node_and_login_node() {
+        let mut allocation = Allocation {
+            job_id: "4242".into(),
+            node: "gpu07".into(),
+            login_node: Some("login1".into()),
+        };
+        assert_eq!(
+            allocation_line(&allocation),
+            "job 4242 on node gpu07, asked from login1"
+        );
+        allocation.login_node = None;
+        assert_eq!(allocation_line(&allocation), "job 4242 on node gpu07");
     }
 
     #[test]

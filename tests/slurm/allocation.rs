@@ -75,6 +75,11 @@ fn a_sweep_runs_in_the_allocation_beside_an_ssh_host() {
         stderr.contains(&format!("Slurm job {job} runs on node")),
         "{stderr}"
     );
+    // The facts `show` prints of the Slurm host say which allocation they are of.
+    let shown = run_rigrun(dir, &["show", run_dir.to_str().unwrap()]);
+    let (shown, _) = text(&shown);
+    let slurm_line = format!("  Slurm: job {job} on node {0}, asked from {0}", cluster.node);
+    assert!(shown.contains(&slurm_line), "{shown}");
     assert_eq!(
         cluster.live_jobs(),
         Vec::<String>::new(),
