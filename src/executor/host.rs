@@ -1,19 +1,18 @@
 //! One host's task: connect, gather its facts, run the steps in order, stop the servers it
 //! started, and report each step and the host's end as events.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
 
-use super::{rigrun_binary, OpenTransports};
+use super::step_loop::{self, Stop};
+use super::{rigrun_binary, variants, OpenTransports};
 use crate::config::{Builtins, Config};
 use crate::events::{Event, EventSender, Status};
 use crate::facts::HostFacts;
-use crate::plan;
 use crate::resume::HostWork;
-use crate::steps::{self, HostCtx};
+use crate::steps::HostCtx;
 use crate::store::RunDir;
 use crate::telemetry::GpuSource;
 use crate::transport::{Allocated, Reboot, Transport};
@@ -38,12 +37,6 @@ pub(super) struct HostJob {
     pub works: Vec<Arc<HostWork>>,
     /// The host's facts when the run last reached it (a resumed run's; see [`facts_before`]).
     pub facts_before: Option<HostFacts>,
-}
-
-/// Where a host stopped and why.
-pub(super) struct Stop {
-    pub step: String,
-    pub error: String,
 }
 
 impl HostJob {
@@ -146,8 +139,8 @@ impl HostJob {
         };
         let vars = config.host_vars(&self.host, &ctx.workdir, &builtins);
         let stop = match &config.playbook.server {
-            Some(_) => super::variants::run(self, &mut ctx, vars).await,
-            None => self.run_steps(&mut ctx, vars).await,
+            Some(_) => variants::run(config, &self.works, &mut ctx, vars).await,
+            None => step_loop::run(config, &mut ctx, vars).await,
         };
         for server in ctx.servers.drain(..) {
             server.stop();
@@ -232,59 +225,6 @@ impl HostJob {
             host: self.host.clone(),
             message,
         });
-    }
-
-    /// Runs the steps in order (in a resumed run, those its work names: see
-    /// `HostWork::resumed`); returns where the host stopped, if it failed.
-    pub(super) async fn run_steps(
-        &self,
-        ctx: &mut HostCtx,
-        mut vars: crate::config::HostVars,
-    ) -> Option<Stop> {
-        let mut first_failure = None;
-        let work = ctx.work.clone();
-        for (index, step) in self.config.playbook.steps.iter().enumerate() {
-            if !work.runs_step(index) {
-                continue;
-            }
-            let label = format!("{}. {}", index + 1, step.display_name());
-            let attempt = work.step_attempt(index);
-            self.emit(Event::StepStarted {
-                host: self.host.clone(),
-                index,
-                name: step.display_name(),
-                kind: step.kind().to_string(),
-                attempt,
-                variant: ctx.variant_name().map(String::from),
-            });
-            let started = std::time::Instant::now();
-            let outcome = match plan::plan_step(&self.config, index, step, &vars, &HashSet::new()) {
-                Ok(planned) => steps::run(ctx, &plan::PlannedStep { attempt, ..planned }, &vars).await,
-                Err(e) => steps::StepOutcome::failed(e.to_string(), serde_json::Value::Null),
-            };
-            self.emit(Event::StepFinished {
-                host: self.host.clone(),
-                index,
-                name: step.display_name(),
-                attempt,
-                status: outcome.status,
-                error: outcome.error.clone(),
-                details: outcome.details,
-                seconds: started.elapsed().as_secs_f64(),
-                variant: ctx.variant_name().map(String::from),
-            });
-            vars.extend(outcome.provides);
-            if outcome.status == Status::Failed && first_failure.is_none() {
-                first_failure = Some(Stop {
-                    step: label,
-                    error: outcome.error.unwrap_or_default(),
-                });
-            }
-            if outcome.stop_host {
-                break;
-            }
-        }
-        first_failure
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 mod host;
 mod reach;
 mod rigrun_binary;
+mod step_loop;
 mod store_thread;
 mod variants;
 

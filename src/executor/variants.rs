@@ -3,19 +3,19 @@
 //! server stopped again. A variant that fails to start is recorded with its reason and log tail,
 //! its points failed as `failed to start`, and the next variant runs.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{json, Value as Json};
 
-use super::host::{HostJob, Stop};
+use super::step_loop::{self, Stop};
 use crate::config::server_block::ServerPlan;
-use crate::config::HostVars;
+use crate::config::{Config, HostVars};
 use crate::events::{Event, PointRun, Record, RecordStatus, Status};
 use crate::plan;
+use crate::resume::HostWork;
 use crate::steps::server_job::ServerJob;
 use crate::steps::variant_server::{self, StartFailure};
-use crate::steps::{self, HostCtx};
+use crate::steps::HostCtx;
 
 /// The name of the startup figures' table: one row per variant's server start.
 pub const STARTUP_STEP: &str = "server startup";
@@ -23,8 +23,13 @@ pub const STARTUP_STEP: &str = "server startup";
 /// Runs every variant with work left (a resumed run skips the variants that finished); returns
 /// where the host first failed. A server that cannot be stopped ends the host: the next variant
 /// would share its GPUs.
-pub(super) async fn run(job: &HostJob, ctx: &mut HostCtx, vars: HostVars) -> Option<Stop> {
-    let plans = match plan::plan_variants(&job.config, &vars) {
+pub(super) async fn run(
+    config: &Config,
+    works: &[Arc<HostWork>],
+    ctx: &mut HostCtx,
+    vars: HostVars,
+) -> Option<Stop> {
+    let plans = match plan::plan_variants(config, &vars) {
         Ok(plans) => plans,
         Err(e) => {
             return Some(Stop {
@@ -34,14 +39,14 @@ pub(super) async fn run(job: &HostJob, ctx: &mut HostCtx, vars: HostVars) -> Opt
         }
     };
     let mut first_failure = None;
-    for (plan, work) in plans.iter().zip(&job.works) {
+    for (plan, work) in plans.iter().zip(works) {
         if work.is_done() {
             continue;
         }
         // The variant's server starts anew: a point cut short runs again, not re-attached.
         ctx.work = Arc::new(work.with_server_restarted());
         ctx.variant = Some(plan.variant.clone());
-        match run_variant(job, ctx, plan, &vars).await {
+        match run_variant(config, ctx, plan, &vars).await {
             Ok(failure) => first_failure = first_failure.or(failure),
             Err(stop) => return Some(stop),
         }
@@ -53,7 +58,7 @@ pub(super) async fn run(job: &HostJob, ctx: &mut HostCtx, vars: HostVars) -> Opt
 /// One variant: start, measure, stop. Ok(where it failed, if it did); Err when its server could
 /// not be stopped (or started at all).
 async fn run_variant(
-    job: &HostJob,
+    config: &Config,
     ctx: &mut HostCtx,
     plan: &ServerPlan,
     vars: &HostVars,
@@ -63,7 +68,7 @@ async fn run_variant(
         step: format!("{name}: {step}"),
         error,
     };
-    job.emit(Event::VariantStarted {
+    ctx.emit(Event::VariantStarted {
         host: ctx.host.clone(),
         variant: name.clone(),
         index: plan.variant.index,
@@ -78,7 +83,7 @@ async fn run_variant(
     if let Some(reason) = taken {
         let details = json!({ "command": plan.command });
         return Ok(Some(failed_to_start(
-            job,
+            config,
             ctx,
             (plan, vars),
             StartFailure { reason, details },
@@ -88,13 +93,13 @@ async fn run_variant(
         .await
         .map_err(|e| at("starting the server", format!("{e:#}")))?;
     let failure = match ready {
-        Ok(startup) => measure(job, ctx, (plan, vars), (&running.job, startup))
+        Ok(startup) => measure(config, ctx, (plan, vars), (&running.job, startup))
             .await
             .map(|s| at(&s.step, s.error)),
-        Err(failed) => Some(failed_to_start(job, ctx, (plan, vars), failed)),
+        Err(failed) => Some(failed_to_start(config, ctx, (plan, vars), failed)),
     };
     let stopped = variant_server::stop(ctx, running).await;
-    job.emit(Event::VariantStopped {
+    ctx.emit(Event::VariantStopped {
         host: ctx.host.clone(),
         variant: name.clone(),
         error: stopped.as_ref().err().map(|e| format!("{e:#}")),
@@ -112,16 +117,16 @@ async fn run_variant(
 /// A variant whose server is up: its startup said and recorded, the steps run against it (and
 /// the servers they started stopped with it); where the host stopped, if it did.
 async fn measure(
-    job: &HostJob,
+    config: &Config,
     ctx: &mut HostCtx,
     (plan, vars): (&ServerPlan, &HostVars),
     (server, startup): (&ServerJob, Json),
 ) -> Option<Stop> {
     let name = plan.variant.name().unwrap_or("server");
     ready_event(ctx, name, Status::Ok, None, startup.clone());
-    startup_record(ctx, job.config.playbook.steps.len(), &startup, None);
+    startup_record(ctx, config.playbook.steps.len(), &startup, None);
     (ctx.variant_server, ctx.server_gone) = (Some(server.clone()), None);
-    let stop = job.run_steps(ctx, plan.variant.vars(vars)).await;
+    let stop = step_loop::run(config, ctx, plan.variant.vars(vars)).await;
     ctx.variant_server = None;
     for started in ctx.servers.drain(..) {
         started.stop();
@@ -132,7 +137,7 @@ async fn measure(
 /// A variant whose server did not come up: said (event, startup record), its steps' points
 /// failed with the reason; where the host stops.
 fn failed_to_start(
-    job: &HostJob,
+    config: &Config,
     ctx: &HostCtx,
     (plan, vars): (&ServerPlan, &HostVars),
     failed: StartFailure,
@@ -146,13 +151,8 @@ fn failed_to_start(
         Some(reason.clone()),
         failed.details.clone(),
     );
-    startup_record(
-        ctx,
-        job.config.playbook.steps.len(),
-        &failed.details,
-        Some(&reason),
-    );
-    fail_steps(job, ctx, &plan.variant.vars(vars), &reason);
+    startup_record(ctx, config.playbook.steps.len(), &failed.details, Some(&reason));
+    step_loop::fail_all(config, ctx, &plan.variant.vars(vars), &reason);
     Stop {
         step: format!("{name}: server"),
         error: reason,
@@ -196,44 +196,4 @@ fn startup_record(ctx: &HostCtx, step_index: usize, startup: &Json, failed: Opti
         variant: ctx.variant_values(),
         command: None,
     }));
-}
-
-/// The steps of a variant whose server did not start: every point it would have measured is
-/// failed with `reason` (so the tables say so and `--resume` keeps it unless `--redo-failed`),
-/// every other step is skipped with it.
-fn fail_steps(job: &HostJob, ctx: &HostCtx, vars: &HostVars, reason: &str) {
-    let variant = ctx.variant_name().map(String::from);
-    for (index, step) in job.config.playbook.steps.iter().enumerate() {
-        if !ctx.work.runs_step(index) {
-            continue;
-        }
-        let planned = plan::plan_step(&job.config, index, step, vars, &HashSet::new());
-        let attempt = ctx.work.step_attempt(index);
-        job.emit(Event::StepStarted {
-            host: ctx.host.clone(),
-            index,
-            name: step.display_name(),
-            kind: step.kind().to_string(),
-            attempt,
-            variant: variant.clone(),
-        });
-        let (status, error) = match &planned {
-            Ok(planned) => (steps::not_started(ctx, planned, reason), reason.to_string()),
-            Err(e) => (
-                Status::Failed,
-                format!("{reason}; the step cannot be planned either: {e}"),
-            ),
-        };
-        job.emit(Event::StepFinished {
-            host: ctx.host.clone(),
-            index,
-            name: step.display_name(),
-            attempt,
-            status,
-            error: Some(error),
-            details: json!(null),
-            seconds: 0.0,
-            variant: variant.clone(),
-        });
-    }
 }
