@@ -269,10 +269,7 @@ impl Transport {
     /// that cancels it when stopped (see the module's doc). Stopped itself by [`release`].
     fn guard_allocation(self: &Arc<Self>, id: &str) {
         let transport = Arc::clone(self);
-        let (name, command) = (
-            format!("slurm-{id}"),
-            format!("trap 'scancel {id}; exit 0' TERM INT HUP\nwhile :; do sleep 86400 & wait $!; done"),
-        );
+        let (name, command) = (format!("slurm-{id}"), guard_command(&format!("scancel {id}")));
         let guard = tokio::spawn(async move {
             let job = Job {
                 name: &name,
@@ -311,6 +308,19 @@ impl Transport {
         }
         Ok(parse_queue(&said.stdout))
     }
+}
+
+/// The guard's shell: it waits until its job is stopped, then runs `cancel` (words without a
+/// single quote). A stop TERMs the job's whole process group, the `tee`s that carry its output
+/// included: the shell ignores SIGPIPE, since dash writes to its stderr as the TERM interrupts
+/// `wait` and that write to a dead pipe killed it before its trap ran (1 stop in 4), and `cancel`
+/// runs in a session of its own, out of reach of the KILL that follows the TERM.
+fn guard_command(cancel: &str) -> String {
+    format!(
+        "trap '' PIPE\n\
+         trap 'setsid {cancel} </dev/null >/dev/null 2>&1 & exit 0' TERM INT HUP\n\
+         while :; do sleep 86400 & wait $!; done"
+    )
 }
 
 /// `new ID` or `found ID` from the allocation's request; None when it said neither.
@@ -411,6 +421,91 @@ fn ended_text(queue: &Queue) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::HostSpec;
+
+    /// Whether process group `group` has a `sleep` in it: the guard is in its loop, its traps set.
+    fn sleeping(group: i32) -> bool {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        entries.flatten().any(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid pgrp ...: the fields after the command's closing parenthesis.
+            let Some((comm, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let pgrp = rest.split_whitespace().nth(2).and_then(|g| g.parse::<i32>().ok());
+            comm.ends_with("(sleep") && pgrp == Some(group)
+        })
+    }
+
+    /// Polls `ready` every 10 ms for up to `within`; its first answer, or None.
+    async fn poll<T>(within: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(found) = ready() {
+                return Some(found);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The guard runs as a detached job through job.sh, and is TERMed with its whole process
+    /// group as the watchdog does it (KILL 2 s later): each time, its cancel runs. Twenty stops,
+    /// since the SIGPIPE it once died of came 1 time in 4.
+    #[tokio::test]
+    async fn the_guard_cancels_whenever_its_group_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
+        let policy = crate::config::KnownHostsPolicy::Strict;
+        let transport = Arc::new(
+            Transport::connect("here", &spec, policy, dir.path())
+                .await
+                .unwrap(),
+        );
+        let jobs = dir.path().join("jobs");
+        transport.start_jobs(&jobs.display().to_string());
+        for n in 0..20 {
+            let (name, cancelled) = (format!("guard-{n}"), dir.path().join(format!("cancelled-{n}")));
+            let command = guard_command(&format!("touch {}", cancelled.display()));
+            let runner = Arc::clone(&transport);
+            let job = tokio::spawn(async move {
+                let job = Job {
+                    name: &name,
+                    command: &command,
+                    timeout: None,
+                };
+                runner
+                    .run_detached(&job, &command, &mut |_, _| {}, &mut |_| {})
+                    .await
+            });
+            let pid_file = jobs.join(format!("guard-{n}.pid"));
+            let group = poll(Duration::from_secs(10), || {
+                let group = std::fs::read_to_string(&pid_file)
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()?;
+                sleeping(group).then_some(group)
+            })
+            .await
+            .expect("the guard never started its loop");
+            // SAFETY: kill only sends signals, to the guard's own process group.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+            let seen = poll(Duration::from_secs(2), || cancelled.exists().then_some(())).await;
+            // SAFETY: as above.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            // Stopped without a word in its files, the job ends gone: only the cancel matters.
+            let _gone = job.await.unwrap();
+            assert!(
+                seen.is_some() || cancelled.exists(),
+                "stop {n}: the guard was stopped without cancelling"
+            );
+        }
+    }
 
     #[test]
     fn the_queue_is_read_in_its_states() {

@@ -487,6 +487,28 @@ pub fn wait_for(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Asserts that no process of `what` (its command line contains `what`) is left, `when` said in
+/// the failure. A detached job's own processes name it in their arguments too (job.sh's wrapper,
+/// or `rigrun job-run`'s runner); they report its end and exit a moment after it, once rigrun has
+/// stopped waiting, so they are waited for (up to 10 s) rather than counted at once.
+pub fn assert_none_left(what: &str, when: &str) {
+    let left: Vec<String> = processes_with(what)
+        .into_iter()
+        .filter(|p| !is_job_process(p))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "{when}: left running");
+    wait_for(
+        Duration::from_secs(10),
+        &format!("{when}: the job processes of `{what}` to end"),
+        || processes_with(what).is_empty(),
+    );
+}
+
+/// Whether a command line is one of a detached job's own processes (not its command).
+fn is_job_process(command_line: &str) -> bool {
+    command_line.starts_with("sh -c # rigrun's detached jobs") || command_line.contains(" job-run run ")
+}
+
 /// This machine's processes whose command line contains `needle`.
 pub fn processes_with(needle: &str) -> Vec<String> {
     std::fs::read_dir("/proc")

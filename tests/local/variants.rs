@@ -4,11 +4,10 @@
 //! there, and the shipped demo compares speculative decoding off and on.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{free_port, manifest, only_run_dir, processes_with, records, rigrun, text};
+use crate::common::{assert_none_left, free_port, manifest, only_run_dir, records, rigrun, text};
 use crate::resume_support::{spawn, wait_for_event};
 
 /// Runs rigrun in `dir`; returns the exit code, stdout and stderr.
@@ -234,34 +233,6 @@ steps:
     )
 }
 
-/// The processes of `server` itself. The job's own processes name it in their arguments too
-/// (job.sh's wrapper, or `rigrun job-run`'s runner): they report the server's end and exit a
-/// moment after it, once rigrun has stopped waiting, so [`assert_no_server_left`] waits for them.
-fn servers_left(server: &str) -> Vec<String> {
-    processes_with(server)
-        .into_iter()
-        .filter(|p| !is_job_process(p))
-        .collect()
-}
-
-fn is_job_process(command_line: &str) -> bool {
-    command_line.starts_with("sh -c # rigrun's detached jobs") || command_line.contains(" job-run run ")
-}
-
-/// No process of `server` is left, and the job's own processes that name it end by themselves.
-fn assert_no_server_left(server: &str, when: &str) {
-    assert_eq!(
-        servers_left(server),
-        Vec::<String>::new(),
-        "{when}: the server is left"
-    );
-    crate::common::wait_for(
-        Duration::from_secs(10),
-        "the server's job processes to end",
-        || processes_with(server).is_empty(),
-    );
-}
-
 #[test]
 fn a_run_interrupted_in_its_second_variant_resumes_that_variant_only() {
     let tmp = tempfile::tempdir().unwrap();
@@ -277,13 +248,13 @@ fn a_run_interrupted_in_its_second_variant_resumes_that_variant_only() {
     crate::common::sh("kill", &["-INT", &child.id().to_string()]);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
-    assert_no_server_left(&server, "after the interrupt");
+    assert_none_left(&server, "the variant's server, after the interrupt");
 
     std::fs::write(&go, "").unwrap();
     let run_arg = run.to_str().unwrap();
     let (code, stdout, stderr) = rigrun_in(dir, &["run", "--resume", run_arg, "-q"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    assert_no_server_left(&server, "after the resume");
+    assert_none_left(&server, "the variant's server, after the resume");
 
     // The resume started only the second variant's server again, and ran only what it lacked.
     let journal = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
@@ -408,11 +379,7 @@ steps:
     std::fs::write(dir.join("p.yaml"), playbook).unwrap();
     let (code, stdout, stderr) = rigrun_in(dir, &["run", "p.yaml", "--runs-dir", "runs", "-q"]);
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
-    assert_eq!(
-        processes_with(&sleeper),
-        Vec::<String>::new(),
-        "the silent server was left running"
-    );
+    assert_none_left(&sleeper, "the silent server");
     let recs = records(&only_run_dir(&dir.join("runs")));
     let sweep = |v: &str| {
         let of = recs

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{free_port, manifest, processes_with, records, run_rigrun, text};
+use crate::common::{assert_none_left, free_port, manifest, records, run_rigrun, text};
 use crate::resume_support::{spawn, wait_for_event};
 use crate::{allocation_of, login_node, notices, Cluster};
 
@@ -86,7 +86,7 @@ fn a_sweep_runs_in_the_allocation_beside_an_ssh_host() {
         "the allocation was given back"
     );
     for port in ports {
-        assert_eq!(processes_with(&format!("--port {port}")), Vec::<String>::new());
+        assert_none_left(&format!("--port {port}"), "the server");
     }
 }
 

@@ -9,22 +9,32 @@ use std::process::Child;
 use std::time::Duration;
 
 use crate::common::{sh, text, wait_for};
-use crate::resume_support::{latest_records, spawn, wait_for_event, waiting_sweep};
+use crate::resume_support::{event_within, latest_records, spawn, waiting_sweep};
 use crate::{allocation_of, login_node, notices, Cluster};
 
 /// Starts the waiting sweep (points 2 to 4 wait for `go`) on both hosts into `runs`, and returns
-/// rigrun and its run directory once point n=2 runs on the Slurm host.
-fn start_waiting(dir: &Path, runs: &str) -> (Child, std::path::PathBuf) {
+/// rigrun and its run directory once point n=2 runs on the Slurm host; when it does not within
+/// 120 s (sbatch, the queue and the node's facts included), fails with what rigrun and Slurm said.
+fn start_waiting(dir: &Path, cluster: &Cluster, runs: &str) -> (Child, std::path::PathBuf) {
     let go = dir.join("go");
     let _ = std::fs::remove_file(&go);
     std::fs::write(dir.join("waits.yaml"), waiting_sweep(&go)).unwrap();
-    let child = spawn(
+    let mut child = spawn(
         dir,
         &["run", "waits.yaml", "-i", "hosts.yaml", "--runs-dir", runs, "-q"],
     );
-    let run_dir = wait_for_event(&dir.join(runs), |e| {
+    let started = event_within(&dir.join(runs), Duration::from_secs(120), |e| {
         e["event"] == "point_started" && e["point"] == "n=2" && e["host"] == "cluster"
     });
+    let Some(run_dir) = started else {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "point n=2 did not start on the Slurm host within 120 s\nrigrun said:\n{}\n{}",
+            text(&out).1,
+            cluster.diagnosis()
+        );
+    };
     (child, run_dir)
 }
 
@@ -69,7 +79,7 @@ fn an_interrupt_gives_the_allocation_back_and_a_resume_asks_for_a_new_one() {
     let dir = tmp.path();
     let cluster = Cluster::start(dir);
     let _sshd = login_node(dir, &cluster, "{time: 10m}", ["", ""]);
-    let (child, run_dir) = start_waiting(dir, "runs");
+    let (child, run_dir) = start_waiting(dir, &cluster, "runs");
     let job = job_of(&run_dir);
     assert_eq!(cluster.live_jobs(), vec![job.clone()]);
     sh("kill", &["-INT", &child.id().to_string()]);
@@ -101,7 +111,7 @@ fn a_killed_rigrun_leaves_no_allocation_past_its_lease_and_a_resume_reattaches()
     let dir = tmp.path();
     let cluster = Cluster::start(dir);
     let _sshd = login_node(dir, &cluster, "{time: 10m}", ["    lease: 5s\n", ""]);
-    let (mut child, run_dir) = start_waiting(dir, "runs-lease");
+    let (mut child, run_dir) = start_waiting(dir, &cluster, "runs-lease");
     let job = job_of(&run_dir);
     sh("kill", &["-KILL", &child.id().to_string()]);
     child.wait().unwrap();
@@ -111,6 +121,10 @@ fn a_killed_rigrun_leaves_no_allocation_past_its_lease_and_a_resume_reattaches()
         "the kill itself cancels nothing"
     );
     cluster.wait_no_live_jobs(Duration::from_secs(60), "the guard to cancel the allocation");
+    // Its node cleaned up too, so that the next request does not wait behind it.
+    wait_for(Duration::from_secs(60), "the cancelled job to complete", || {
+        cluster.state_of(&job) != "COMPLETING"
+    });
 
     let inventory = std::fs::read_to_string(dir.join("hosts.yaml")).unwrap();
     std::fs::write(
@@ -118,7 +132,7 @@ fn a_killed_rigrun_leaves_no_allocation_past_its_lease_and_a_resume_reattaches()
         inventory.replace("lease: 5s", "lease: 60s"),
     )
     .unwrap();
-    let (mut child, run_dir) = start_waiting(dir, "runs-reattach");
+    let (mut child, run_dir) = start_waiting(dir, &cluster, "runs-reattach");
     let job = job_of(&run_dir);
     sh("kill", &["-KILL", &child.id().to_string()]);
     child.wait().unwrap();
@@ -149,7 +163,7 @@ fn a_node_drained_mid_point_finishes_and_a_failed_one_loses_the_point_until_a_re
     let cluster = Cluster::start(dir);
     let _sshd = login_node(dir, &cluster, "{time: 10m}", ["", ""]);
 
-    let (child, run_dir) = start_waiting(dir, "runs-drain");
+    let (child, run_dir) = start_waiting(dir, &cluster, "runs-drain");
     cluster.set_node("drain");
     std::fs::write(dir.join("go"), "").unwrap();
     let out = child.wait_with_output().unwrap();
@@ -161,7 +175,7 @@ fn a_node_drained_mid_point_finishes_and_a_failed_one_loses_the_point_until_a_re
     );
     cluster.set_node("resume");
 
-    let (child, run_dir) = start_waiting(dir, "runs-down");
+    let (child, run_dir) = start_waiting(dir, &cluster, "runs-down");
     let job = job_of(&run_dir);
     cluster.set_node("down");
     let reason = lost_point(dir, child, &run_dir, Duration::from_secs(60));
@@ -195,7 +209,7 @@ fn the_time_limit_reached_mid_point_loses_the_point_until_a_resume() {
     let dir = tmp.path();
     let cluster = Cluster::start(dir);
     let _sshd = login_node(dir, &cluster, "{time: 1m}", ["", ""]);
-    let (child, run_dir) = start_waiting(dir, "runs");
+    let (child, run_dir) = start_waiting(dir, &cluster, "runs");
     let job = job_of(&run_dir);
     let reason = lost_point(dir, child, &run_dir, Duration::from_secs(300));
     assert!(

@@ -85,6 +85,23 @@ impl Cluster {
         wait_for(within, what, || self.live_jobs().is_empty());
     }
 
+    /// What Slurm knows now, for a failed test's message: every job with its state and reason,
+    /// the node, and the end of both daemons' logs.
+    pub fn diagnosis(&self) -> String {
+        let jobs = self.run("squeue", &["-t", "all", "-o", "%i %j %T %r %M"]);
+        let node = self.run("sinfo", &["-N", "-o", "%N %T %E"]);
+        let tail = |log: &str| {
+            let text = std::fs::read_to_string(self.state.join(log)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        };
+        format!(
+            "squeue:\n{jobs}sinfo:\n{node}slurmctld.log (end):\n{}\nslurmd.log (end):\n{}",
+            tail("slurmctld.log"),
+            tail("slurmd.log")
+        )
+    }
+
     /// The job's state as `squeue -t all` says it (empty once Slurm forgot it).
     pub fn state_of(&self, job: &str) -> String {
         self.run("squeue", &["-h", "-t", "all", "-j", job, "-o", "%T"])

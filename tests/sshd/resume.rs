@@ -1,7 +1,9 @@
 //! `rigrun run --resume` over a real sshd on loopback: a sweep stopped by SIGTERM and by
 //! SIGKILL mid-point, then resumed to its end; a point still running on the host re-attached.
 
-use crate::common::{free_port, processes_with, records, rigrun, sh, text, ClientKey, Sshd};
+use crate::common::{
+    assert_none_left, free_port, processes_with, records, rigrun, sh, text, ClientKey, Sshd,
+};
 use crate::resume_support::{interrupt_then_resume, latest_records, point_started, spawn, wait_for_event};
 
 /// A loopback sshd as host `a`, written to `dir/hosts.yaml`; it runs while the value lives.
@@ -76,10 +78,7 @@ fn a_point_still_running_when_rigrun_was_killed_is_reattached_not_run_twice() {
         (two[0]["status"].as_str(), two[0]["attempt"].as_u64()),
         (Some("ok"), Some(1))
     );
-    assert!(
-        processes_with(&needle).is_empty(),
-        "commands left after the resume"
-    );
+    assert_none_left(&needle, "point 2's command, after the resume");
 }
 
 /// rigrun SIGKILLed in the second server variant over SSH: the variant's server and its point
@@ -117,11 +116,7 @@ fn a_variant_cut_short_by_sigkill_is_restarted_once_what_it_left_is_stopped() {
     );
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert_eq!(
-        processes_with(&server),
-        Vec::<String>::new(),
-        "a server is left after the resume"
-    );
+    assert_none_left(&server, "the variant's server, after the resume");
     let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let resumed = journal.find("\"event\":\"run_resumed\"").unwrap();
     let started: Vec<&str> = journal[resumed..]
