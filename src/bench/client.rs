@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::Value;
 
 use super::sse::{self, SseReader, Usage};
-use super::workload::Api;
 use crate::http_client::{excerpt, explain};
 
 /// How long a connection may take to open.
@@ -16,6 +16,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const MODELS_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for the end of a body after `[DONE]`, so the connection can be reused.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Which OpenAI endpoint the requests go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `POST /v1/completions` with a token-id prompt.
+    Completions,
+    /// `POST /v1/chat/completions` with one user message.
+    Chat,
+}
+
+impl Api {
+    /// The endpoint's path under the base URL.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Completions => "/v1/completions",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+}
 
 /// The server as the client sees it.
 pub struct Client {

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::latency::LatencyStats;
 use super::level::Progress;
-use super::metrics::LatencyStats;
 use super::record::Summary;
 
 /// How often a plain progress line is printed when stderr is not a terminal.

@@ -16,6 +16,7 @@ mod cache;
 mod client;
 mod display;
 mod goodput;
+mod latency;
 pub mod lengths;
 mod level;
 mod metrics;
@@ -37,7 +38,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{Map, Value};
 
-pub use self::workload::Api;
+pub use self::client::Api;
 
 use self::cache::CacheReset;
 use self::client::{Client, ModelsError};
@@ -326,7 +327,7 @@ async fn run_levels(
 /// The levels' C: `--concurrency`, else 1; a replay's one cap, else a slot for every line.
 fn levels(args: &BenchArgs, info: &RunInfo) -> Vec<u32> {
     match (&info.replay, args.concurrency.is_empty()) {
-        (Some(_), true) => vec![u32::try_from(trace::replayed_lines(args, info))
+        (Some(_), true) => vec![u32::try_from(replayed_lines(args, info))
             .unwrap_or(u32::MAX)
             .max(1)],
         (None, true) => vec![1],
@@ -522,9 +523,31 @@ fn run_info(args: &BenchArgs, workload: &Workload, model: String, seed: u64) -> 
         },
     };
     match workload.trace() {
-        Some(trace) => trace::run_info(args, trace, info),
+        Some(trace) => with_replay(args, trace, info),
         None => info,
     }
+}
+
+/// A replay's run: the trace, its speed and cap, and its lines' mean lengths as the nominal ones
+/// (`input_dist`/`output_dist` say `trace`).
+fn with_replay(args: &BenchArgs, trace: &Trace, info: RunInfo) -> RunInfo {
+    let cap = args.concurrency.first().copied();
+    let (replay, (input_len, output_len)) = trace.replay(args.num_requests, args.trace_speed, cap);
+    RunInfo {
+        input_len,
+        output_len,
+        input_dist: Some("trace".into()),
+        output_dist: Some("trace".into()),
+        replay: Some(replay),
+        ..info
+    }
+}
+
+/// The lines a replay sends at most (0 when the run replays no trace).
+fn replayed_lines(args: &BenchArgs, info: &RunInfo) -> u64 {
+    info.replay
+        .as_ref()
+        .map_or(0, |r| r.replayed_lines(args.num_requests))
 }
 
 /// The run's opening lines on stderr.
@@ -579,7 +602,7 @@ async fn run_level(
     // Conversations (single requests unless multi-turn): 5 × C, or enough for --num-requests.
     let stop = match (args.duration, &info.replay) {
         (Some(limit), _) => Stop::For(limit),
-        (None, Some(_)) => Stop::After(trace::replayed_lines(args, info)),
+        (None, Some(_)) => Stop::After(replayed_lines(args, info)),
         (None, None) => Stop::After(args.num_requests.map_or(5 * c, |n| n.div_ceil(turns))),
     };
     let plan = LevelPlan {

@@ -4,8 +4,9 @@
 
 use serde_json::{json, Map, Value};
 
+use super::latency::LatencyStats;
 use super::level::{LevelPlan, LevelResult, Stop};
-use super::metrics::{Counts, LatencyStats};
+use super::metrics::Counts;
 use super::sys;
 use super::text::TextInfo;
 use super::trace::{self, Lateness, Replay};

@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use super::metrics::Latency;
-use super::record::RunInfo;
+use super::latency::Latency;
 use super::rng::Rng;
-use super::BenchArgs;
 
 /// Tokens per hash id, as in Mooncake's traces (the KV-cache page size of their format).
 pub const BLOCK_TOKENS: usize = 512;
@@ -131,6 +129,24 @@ impl Trace {
         let half_gap = Duration::from_secs_f64(span_ms / 1e3 / speed / (lines.len() - 1) as f64 / 2.0);
         LATE_LIMIT.min(half_gap)
     }
+
+    /// The replay of this trace's first `num_requests` lines (all when None) at `speed`, under
+    /// `--concurrency`'s `cap`; and those lines' mean input and output lengths, the run's
+    /// nominal ones.
+    pub fn replay(&self, num_requests: Option<u64>, speed: f64, cap: Option<u32>) -> (Replay, (u32, u32)) {
+        let lines = num_requests.map_or(self.lines.len(), |n| {
+            usize::try_from(n).unwrap_or(usize::MAX).min(self.lines.len())
+        });
+        let replay = Replay {
+            path: self.path.clone(),
+            sha256: self.sha256.clone(),
+            lines: self.lines.len(),
+            speed,
+            cap,
+            late_limit: self.late_limit(lines, speed),
+        };
+        (replay, self.mean_lengths(lines))
+    }
 }
 
 /// Parses a trace's text; errors start with the line number.
@@ -235,34 +251,12 @@ impl Lateness {
     }
 }
 
-/// A replay's run: the trace, its speed and cap, and its lines' mean lengths as the nominal ones
-/// (`input_dist`/`output_dist` say `trace`).
-pub fn run_info(args: &BenchArgs, trace: &Trace, info: RunInfo) -> RunInfo {
-    let lines = args.num_requests.map_or(trace.lines.len(), |n| {
-        usize::try_from(n).unwrap_or(usize::MAX).min(trace.lines.len())
-    });
-    let (input_len, output_len) = trace.mean_lengths(lines);
-    RunInfo {
-        input_len,
-        output_len,
-        input_dist: Some("trace".into()),
-        output_dist: Some("trace".into()),
-        replay: Some(Replay {
-            path: trace.path.clone(),
-            sha256: trace.sha256.clone(),
-            lines: trace.lines.len(),
-            speed: args.trace_speed,
-            cap: args.concurrency.first().copied(),
-            late_limit: trace.late_limit(lines, args.trace_speed),
-        }),
-        ..info
+impl Replay {
+    /// The lines it sends at most: the trace's, or its first `num_requests`.
+    pub fn replayed_lines(&self, num_requests: Option<u64>) -> u64 {
+        let lines = self.lines as u64;
+        num_requests.map_or(lines, |n| n.min(lines))
     }
-}
-
-/// The lines a replay sends at most: the trace's, or its first --num-requests.
-pub fn replayed_lines(args: &BenchArgs, info: &RunInfo) -> u64 {
-    let lines = info.replay.as_ref().map_or(0, |r| r.lines as u64);
-    args.num_requests.map_or(lines, |n| n.min(lines))
 }
 
 /// The validity problem of a client that could not keep up with the trace, if it could not.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::metrics::{Latency, LatencyStats};
+use super::latency::{Latency, LatencyStats};
 
 /// What the completed requests of one turn measured.
 #[derive(Debug, Clone, Default)]

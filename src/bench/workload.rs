@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::client::Api;
 use super::lengths::{Dist, Lengths};
 use super::rng::Rng;
 use super::text::{self, TextPrompts};
@@ -32,26 +33,6 @@ const CHAT_WORDS: [&str; 32] = [
     " our", " out", " day", " get", " has", " him", " his", " how", " man", " new", " now", " old", " see",
     " two", " way", " who", " boy", " did", " its",
 ];
-
-/// Which OpenAI endpoint the requests go to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Api {
-    /// `POST /v1/completions` with a token-id prompt.
-    Completions,
-    /// `POST /v1/chat/completions` with one user message.
-    Chat,
-}
-
-impl Api {
-    /// The endpoint's path under the base URL.
-    pub fn path(self) -> &'static str {
-        match self {
-            Api::Completions => "/v1/completions",
-            Api::Chat => "/v1/chat/completions",
-        }
-    }
-}
 
 /// Where prompts come from.
 #[derive(Debug, Clone)]

@@ -26,10 +26,10 @@ use sha2::{Digest as _, Sha256};
 
 use self::cut::Cut;
 use self::tokenizer::ServerTokenizer;
+use super::client::Api;
 use super::client::Client;
 use super::lengths::Lengths;
 use super::rng::Rng;
-use super::workload::Api;
 
 /// The workload's name on the command line and in the records.
 pub const NAME: &str = "text";

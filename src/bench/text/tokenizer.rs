@@ -12,8 +12,8 @@
 
 use serde_json::{json, Value};
 
+use super::super::client::Api;
 use super::super::client::Client;
-use super::super::workload::Api;
 
 /// The probe text.
 const PROBE: &str = "It is a truth universally acknowledged.";
