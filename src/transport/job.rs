@@ -448,9 +448,7 @@ mod tests {
 
     /// A local transport whose jobs live in `dir`.
     async fn local(dir: &std::path::Path) -> Arc<Transport> {
-        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
-        let policy = crate::config::KnownHostsPolicy::Strict;
-        let transport = Arc::new(Transport::connect("here", &spec, policy, dir).await.unwrap());
+        let transport = Arc::new(Transport::local_for_tests(dir).await);
         transport.start_jobs(&dir.join("jobs").display().to_string());
         transport
     }

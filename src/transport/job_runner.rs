@@ -487,28 +487,33 @@ fn group_alive(group: i32) -> bool {
 /// the exited stay in the table and must not hold a stop for its whole grace).
 #[cfg(target_os = "linux")]
 fn group_alive(group: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    match group_processes(group) {
+        Some(members) => members.iter().any(|(_, state)| state != "Z"),
         // SAFETY: signal 0 only asks whether the group exists.
-        return unsafe { libc::kill(-group, 0) } == 0;
-    };
-    entries.flatten().any(|entry| {
+        None => unsafe { libc::kill(-group, 0) == 0 },
+    }
+}
+
+/// The processes of process group `group` as `/proc` lists them, each its command's name and
+/// its state letter; None when `/proc` cannot be read.
+#[cfg(target_os = "linux")]
+pub(super) fn group_processes(group: i32) -> Option<Vec<(String, String)>> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let members = entries.flatten().filter_map(|entry| {
         let name = entry.file_name();
         if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            return false;
+            return None;
         }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // After the command name's closing parenthesis: state, ppid, pgrp.
-        let mut fields = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .unwrap_or_default()
-            .split_whitespace();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        // `pid (comm) state ppid pgrp ...`: the name may hold spaces and parentheses.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        let mut fields = rest.split_whitespace();
         let state = fields.next().unwrap_or("Z");
         let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(group) && state != "Z"
-    })
+        (pgrp == Some(group)).then(|| (comm.to_string(), state.to_string()))
+    });
+    Some(members.collect())
 }
 
 /// Whether the disk holding `dir` has no room left (under 1 KiB free, as `df` says 0).

@@ -197,7 +197,6 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
 
     use super::*;
-    use crate::config::HostSpec;
 
     /// A file as a sink saw it: its bytes and the count it ended with, or why it did not come.
     type Got = Result<(Vec<u8>, u64), String>;
@@ -225,11 +224,8 @@ mod tests {
     }
 
     async fn local() -> Transport {
-        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        Transport::connect("here", &spec, crate::config::KnownHostsPolicy::Strict, dir.path())
-            .await
-            .unwrap()
+        Transport::local_for_tests(dir.path()).await
     }
 
     /// Through the real `tar` of this machine: files in the order asked, a name with a newline

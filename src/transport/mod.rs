@@ -140,6 +140,15 @@ impl Transport {
         })
     }
 
+    /// A `connection: local` transport named `here`, for unit tests (`control_dir` unused).
+    #[cfg(test)]
+    pub(crate) async fn local_for_tests(control_dir: &Path) -> Transport {
+        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
+        Transport::connect("here", &spec, KnownHostsPolicy::Strict, control_dir)
+            .await
+            .unwrap()
+    }
+
     /// Runs the login-shell probe once (see `login_noise.rs`), and the `sh` script `then` in the
     /// same round trip, returning its stdout; before any file moves, since the probe decides how
     /// SFTP starts. A local host has no login shell: `then` just runs.

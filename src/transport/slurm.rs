@@ -421,25 +421,16 @@ fn ended_text(queue: &Queue) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::HostSpec;
 
     /// Whether process group `group` has a `sleep` in it: the guard is in its loop, its traps set.
+    #[cfg(target_os = "linux")]
     fn sleeping(group: i32) -> bool {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return false;
-        };
-        entries.flatten().any(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            // pid (comm) state ppid pgrp ...: the fields after the command's closing parenthesis.
-            let Some((comm, rest)) = stat.rsplit_once(") ") else {
-                return false;
-            };
-            let pgrp = rest.split_whitespace().nth(2).and_then(|g| g.parse::<i32>().ok());
-            comm.ends_with("(sleep") && pgrp == Some(group)
-        })
+        let members = super::super::job_runner::group_processes(group).unwrap_or_default();
+        members.iter().any(|(name, _)| name == "sleep")
     }
 
     /// Polls `ready` every 10 ms for up to `within`; its first answer, or None.
+    #[cfg(target_os = "linux")]
     async fn poll<T>(within: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
         let deadline = Instant::now() + within;
         loop {
@@ -456,16 +447,11 @@ mod tests {
     /// The guard runs as a detached job through job.sh, and is TERMed with its whole process
     /// group as the watchdog does it (KILL 2 s later): each time, its cancel runs. Twenty stops,
     /// since the SIGPIPE it once died of came 1 time in 4.
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn the_guard_cancels_whenever_its_group_is_stopped() {
         let dir = tempfile::tempdir().unwrap();
-        let spec: HostSpec = serde_json::from_value(serde_json::json!({"connection": "local"})).unwrap();
-        let policy = crate::config::KnownHostsPolicy::Strict;
-        let transport = Arc::new(
-            Transport::connect("here", &spec, policy, dir.path())
-                .await
-                .unwrap(),
-        );
+        let transport = Arc::new(Transport::local_for_tests(dir.path()).await);
         let jobs = dir.path().join("jobs");
         transport.start_jobs(&jobs.display().to_string());
         for n in 0..20 {

@@ -504,9 +504,12 @@ pub fn assert_none_left(what: &str, when: &str) {
     );
 }
 
-/// Whether a command line is one of a detached job's own processes (not its command).
+/// Whether a command line is one of a detached job's own processes (not its command): job.sh,
+/// run as `sh -c` here or through a login shell's `-c` over SSH (its quote then escaped), or
+/// `rigrun job-run`'s runner.
 fn is_job_process(command_line: &str) -> bool {
-    command_line.starts_with("sh -c # rigrun's detached jobs") || command_line.contains(" job-run run ")
+    command_line.contains("s detached jobs on a host; the protocol is described in job.rs")
+        || command_line.contains(" job-run run ")
 }
 
 /// This machine's processes whose command line contains `needle`.

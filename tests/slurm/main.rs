@@ -88,8 +88,21 @@ impl Cluster {
     /// What Slurm knows now, for a failed test's message: every job with its state and reason,
     /// the node, and the end of both daemons' logs.
     pub fn diagnosis(&self) -> String {
-        let jobs = self.run("squeue", &["-t", "all", "-o", "%i %j %T %r %M"]);
-        let node = self.run("sinfo", &["-N", "-o", "%N %T %E"]);
+        // Whatever each command says, failed or not: this is already a failure's message.
+        let said = |program: &str, args: &[&str]| match Command::new(program)
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .output()
+        {
+            Ok(out) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => format!("{program}: {e}\n"),
+        };
+        let jobs = said("squeue", &["-t", "all", "-o", "%i %j %T %r %M"]);
+        let node = said("sinfo", &["-N", "-o", "%N %T %E"]);
         let tail = |log: &str| {
             let text = std::fs::read_to_string(self.state.join(log)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
